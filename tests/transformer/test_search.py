@@ -1,0 +1,117 @@
+"""Greedy and beam search: agreement with each other, with recomputation, and across batchings."""
+
+import pytest
+import torch
+
+from tests.transformer.helpers import BOS, EOS, PAD, random_tokens, tiny_model
+from transformer.search import beam_search, greedy_search, length_penalty, max_output_lengths
+
+
+def _ragged_batch(lengths, vocab=37, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.full((len(lengths), max(lengths)), PAD)
+    for i, n in enumerate(lengths):
+        src[i, :n] = random_tokens(1, n, vocab, g)
+        src[i, n - 1] = EOS
+    return src
+
+
+def _model_with_eos_bias(norm_first=False):
+    """A random model with a bias towards EOS, so that outputs end at varied lengths."""
+    model = tiny_model(norm_first, tie_output=False)
+    output = torch.nn.Linear(model.cfg.d_model, model.cfg.tgt_vocab_size)
+    with torch.no_grad():
+        output.weight.copy_(model.output.weight)
+        output.bias.zero_()
+        output.bias[EOS] = 2.5
+    model.output = output
+    return model
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+def test_beam_size_one_is_greedy(norm_first):
+    model = _model_with_eos_bias(norm_first)
+    src = _ragged_batch([4, 9, 6, 2, 7])
+    greedy = greedy_search(model, src, BOS, EOS)
+    beam = beam_search(model, src, BOS, EOS, beam_size=1, alpha=1.0)
+    assert [h[0].tokens for h in beam] == greedy
+    assert len({len(g) for g in greedy}) > 1, "outputs should end at different lengths"
+
+
+def test_cached_search_equals_recomputed_search():
+    model = _model_with_eos_bias()
+    src = _ragged_batch([5, 8, 3, 6])
+    assert greedy_search(model, src, BOS, EOS) == greedy_search(model, src, BOS, EOS, use_cache=False)
+    cached = beam_search(model, src, BOS, EOS, beam_size=4, nbest=4)
+    recomputed = beam_search(model, src, BOS, EOS, beam_size=4, nbest=4, use_cache=False)
+    assert [[h.tokens for h in n] for n in cached] == [[h.tokens for h in n] for n in recomputed]
+    for a, b in zip(cached, recomputed, strict=True):
+        torch.testing.assert_close(torch.tensor([h.score for h in a]), torch.tensor([h.score for h in b]))
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_output_does_not_depend_on_batch_size_or_neighbours(search):
+    model = _model_with_eos_bias()
+    lengths = [6, 3, 9, 5, 7, 4]
+    src = _ragged_batch(lengths)
+
+    def run(batch):
+        if search == "greedy":
+            return greedy_search(model, batch, BOS, EOS)
+        return [[h.tokens for h in n] for n in beam_search(model, batch, BOS, EOS, beam_size=3, nbest=2)]
+
+    together = run(src)
+    alone = [run(src[i : i + 1, :n])[0] for i, n in enumerate(lengths)]
+    shuffled_order = [4, 1, 5, 0, 3, 2]
+    shuffled = run(src[shuffled_order])
+    assert alone == together
+    assert [shuffled[shuffled_order.index(i)] for i in range(6)] == together
+
+
+def test_nbest_is_sorted_by_score_and_scores_are_consistent():
+    model = _model_with_eos_bias()
+    src = _ragged_batch([5, 7, 4])
+    results = beam_search(model, src, BOS, EOS, beam_size=5, nbest=5, alpha=0.6)
+    for hyps in results:
+        assert len(hyps) == 5
+        scores = [h.score for h in hyps]
+        assert scores == sorted(scores, reverse=True)
+        assert len({tuple(h.tokens) for h in hyps}) == 5, "n-best entries must differ"
+        for h in hyps:
+            assert h.score == pytest.approx(h.log_prob / length_penalty(len(h.tokens) + 1, 0.6), rel=1e-5)
+
+
+def test_beam_log_prob_equals_model_log_prob_of_the_output():
+    """The log-probability beam search reports is the model's own log P(y | x), EOS included
+    for hypotheses that ended by EOS (those cut at the length limit have no EOS)."""
+    model = _model_with_eos_bias()
+    src = _ragged_batch([6, 3, 8, 5])
+    limits = max_output_lengths(src, PAD, 1.5, 10, 127).tolist()
+    results = beam_search(model, src, BOS, EOS, beam_size=3, nbest=3, alpha=0.0)
+    ended = 0
+    for i, hyps in enumerate(results):
+        for h in hyps:
+            tgt_out = h.tokens + ([EOS] if len(h.tokens) < limits[i] else [])
+            ended += tgt_out[-1:] == [EOS]
+            tgt_in = torch.tensor([[BOS] + tgt_out[:-1]])
+            with torch.no_grad():
+                logits = model(src[i : i + 1], tgt_in)
+            logp = logits.log_softmax(-1).gather(2, torch.tensor([tgt_out])[..., None]).sum().item()
+            assert h.log_prob == pytest.approx(logp, abs=1e-4)
+    assert ended > 0
+
+
+def test_length_limit_is_a_times_source_plus_b():
+    model = tiny_model()
+    with torch.no_grad():
+        model.output.weight[EOS] -= 100.0  # never ends by itself
+    src = _ragged_batch([4, 7])
+    out = greedy_search(model, src, BOS, EOS, max_len_a=1.0, max_len_b=2)
+    assert [len(o) for o in out] == [6, 9]
+    beams = beam_search(model, src, BOS, EOS, beam_size=2, max_len_a=1.0, max_len_b=2)
+    assert [len(h[0].tokens) for h in beams] == [6, 9]
+
+
+def test_nbest_larger_than_beam_is_an_error():
+    with pytest.raises(ValueError, match="nbest"):
+        beam_search(tiny_model(), _ragged_batch([3]), BOS, EOS, beam_size=2, nbest=3)

@@ -1,0 +1,207 @@
+"""Scaled dot-product attention and multi-head attention with inference caches.
+
+Mask convention everywhere: a boolean tensor that is True where attention is *allowed*
+(the same as ``torch.nn.functional.scaled_dot_product_attention``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def causal_mask(q_len: int, k_len: int, device: torch.device) -> Tensor:
+    """[q_len, k_len] bool, True where query i may see key j.
+
+    Queries are the last ``q_len`` of ``k_len`` positions (a K/V cache holds the earlier ones),
+    so query i sits at absolute position ``k_len - q_len + i`` and sees keys up to there.
+    """
+    return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(diagonal=k_len - q_len)
+
+
+def scaled_dot_product_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    causal: bool = False,
+    dropout_p: float = 0.0,
+) -> tuple[Tensor, Tensor]:
+    """softmax(Q K^T / sqrt(d_k)) V, written out, also returning the weights.
+
+    Args:
+        q: [batch, heads, q_len, d_k] queries.
+        k: [batch, heads, k_len, d_k] keys.
+        v: [batch, heads, k_len, d_v] values.
+        mask: bool, broadcastable to [batch, heads, q_len, k_len]; True = may attend.
+        causal: also forbid attending to later positions (see ``causal_mask``).
+        dropout_p: dropout on the attention weights (pass 0.0 in eval).
+
+    Returns:
+        out: [batch, heads, q_len, d_v]; weights: [batch, heads, q_len, k_len], rows sum to 1.
+    """
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
+    if causal:
+        allowed = causal_mask(q.size(-2), k.size(-2), q.device)
+        mask = allowed if mask is None else mask & allowed
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return weights @ v, weights
+
+
+def fused_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    causal: bool = False,
+    dropout_p: float = 0.0,
+) -> Tensor:
+    """The same as ``scaled_dot_product_attention`` through PyTorch's fused kernels (no weights)."""
+    if causal:
+        if mask is None and q.size(-2) == k.size(-2):
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+        allowed = causal_mask(q.size(-2), k.size(-2), q.device)
+        mask = allowed if mask is None else mask & allowed
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention (paper, section 3.2.2), used three ways.
+
+    * encoder self-attention: ``self_attention(x, mask=src_mask)``;
+    * decoder masked self-attention: ``self_attention(y, causal=True, cache=...)``;
+    * encoder-decoder attention: ``cross_attention(y, project_kv(memory), mask=src_mask)``.
+
+    The Q, K and V projections live in one [3*d_model, d_model] matrix (``in_proj``), the layout
+    of ``torch.nn.MultiheadAttention``: self-attention does one matmul for all three, and
+    cross-attention uses the rows for Q on the decoder and those for K, V on the encoder output.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.d_head = d_model // n_heads
+        self.dropout = dropout
+        self.in_proj = nn.Linear(d_model, 3 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+        nn.init.xavier_uniform_(self.in_proj.weight)
+        nn.init.zeros_(self.in_proj.bias)
+        nn.init.xavier_uniform_(self.out_proj.weight)
+        nn.init.zeros_(self.out_proj.bias)
+
+    def _split_heads(self, x: Tensor) -> Tensor:
+        """[batch, len, d_model] -> [batch, heads, len, d_head]."""
+        b, t, _ = x.shape
+        return x.view(b, t, self.n_heads, self.d_head).transpose(1, 2)
+
+    def _merge_heads(self, x: Tensor) -> Tensor:
+        """[batch, heads, len, d_head] -> [batch, len, d_model]."""
+        b, _, t, _ = x.shape
+        return x.transpose(1, 2).reshape(b, t, self.d_model)
+
+    def _attend(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        p = self.dropout if self.training else 0.0
+        if need_weights:
+            return scaled_dot_product_attention(q, k, v, mask, causal, p)
+        return fused_attention(q, k, v, mask, causal, p), None
+
+    def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Encoder output to cross-attention keys and values, once per source sentence.
+
+        memory: [batch, src_len, d_model] -> (k, v), each [batch, heads, src_len, d_head].
+        """
+        w = self.in_proj.weight[self.d_model :]
+        b = self.in_proj.bias[self.d_model :]
+        k, v = F.linear(memory, w, b).chunk(2, dim=-1)  # (B, S, D) each
+        return self._split_heads(k), self._split_heads(v)
+
+    def self_attention(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        cache: dict[str, Tensor] | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attention of a sequence to itself.
+
+        Args:
+            x: [batch, len, d_model].
+            mask: bool [batch, 1, 1 or len, len], True = may attend (key padding).
+            causal: forbid attending to later positions.
+            cache: decoding only. A dict that holds "k" and "v" ([batch, heads, t, d_head]) of
+                the steps so far; the new keys/values are appended to it in place.
+            need_weights: use the written-out path and return the weights.
+
+        Returns:
+            [batch, len, d_model] and the weights [batch, heads, len, keys] or None.
+        """
+        q, k, v = self.in_proj(x).chunk(3, dim=-1)  # (B, T, D) each
+        q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
+        if cache is not None:
+            if "k" in cache:
+                k = torch.cat([cache["k"], k], dim=2)  # (B, H, t+T, Dh)
+                v = torch.cat([cache["v"], v], dim=2)
+            cache["k"], cache["v"] = k, v
+            # A single new query may see every cached key: no mask needed.
+            causal = causal and q.size(2) > 1
+        out, weights = self._attend(q, k, v, mask, causal, need_weights)
+        return self.out_proj(self._merge_heads(out)), weights
+
+    def cross_attention(
+        self,
+        x: Tensor,
+        kv: tuple[Tensor, Tensor],
+        mask: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Decoder queries attending to projected encoder keys/values.
+
+        Several hypotheses may share one source (beam search): ``x`` may hold ``g`` rows per
+        source sentence, consecutive, while ``kv`` and ``mask`` hold one row per sentence. The
+        ``g`` rows then become ``g * len`` queries of that sentence, so K/V are never copied.
+
+        Args:
+            x: [n_src * g, len, d_model] decoder states.
+            kv: (k, v) from ``project_kv``, each [n_src, heads, src_len, d_head].
+            mask: bool [n_src, 1, 1, src_len], True at real source tokens.
+            need_weights: use the written-out path and return the weights.
+
+        Returns:
+            [n_src * g, len, d_model] and the weights [n_src * g, heads, len, src_len] or None.
+        """
+        k, v = kv
+        n_src = k.size(0)
+        rows, t, _ = x.shape
+        if rows % n_src:
+            raise ValueError(f"{rows} decoder rows do not split evenly over {n_src} sources")
+        g = rows // n_src
+        q = self._split_heads(self._project_q(x))  # (n*g, H, T, Dh)
+        if g > 1:
+            # (n*g, H, T, Dh) -> (n, H, g*T, Dh): hypotheses of one source become more queries.
+            q = q.view(n_src, g, self.n_heads, t, self.d_head).transpose(1, 2)
+            q = q.reshape(n_src, self.n_heads, g * t, self.d_head)
+        out, weights = self._attend(q, k, v, mask, False, need_weights)
+        if g > 1:
+            out = out.view(n_src, self.n_heads, g, t, self.d_head).transpose(1, 2)
+            out = out.reshape(rows, self.n_heads, t, self.d_head)
+            if weights is not None:
+                weights = weights.view(n_src, self.n_heads, g, t, -1).transpose(1, 2)
+                weights = weights.reshape(rows, self.n_heads, t, -1)
+        return self.out_proj(self._merge_heads(out)), weights
+
+    def _project_q(self, x: Tensor) -> Tensor:
+        """[batch, len, d_model] -> queries [batch, len, d_model] (the first third of in_proj)."""
+        return F.linear(x, self.in_proj.weight[: self.d_model], self.in_proj.bias[: self.d_model])

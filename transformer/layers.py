@@ -1,0 +1,124 @@
+"""Position-wise feed-forward block and the encoder / decoder layers (post-LN or pre-LN)."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from transformer.attention import MultiHeadAttention
+
+
+class PositionwiseFeedForward(nn.Module):
+    """FFN(x) = W2 · act(W1 x + b1) + b2, applied at every position (paper, section 3.3)."""
+
+    def __init__(self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0) -> None:
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.activation = F.gelu if activation == "gelu" else F.relu
+        self.dropout = nn.Dropout(dropout)
+        nn.init.xavier_uniform_(self.linear1.weight)
+        nn.init.xavier_uniform_(self.linear2.weight)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x: [batch, len, d_model] -> [batch, len, d_model]."""
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))
+
+
+class Sublayer(nn.Module):
+    """Residual connection around a sub-layer, with its LayerNorm and dropout.
+
+    post-LN (paper): LayerNorm(x + Dropout(f(x))); pre-LN: x + Dropout(f(LayerNorm(x))).
+    """
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool, eps: float) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def pre(self, x: Tensor) -> Tensor:
+        """What the sub-layer reads: the normalised stream in pre-LN, the stream itself in post-LN."""
+        return self.norm(x) if self.norm_first else x
+
+    def post(self, x: Tensor, fx: Tensor) -> Tensor:
+        """Adds the sub-layer's output ``fx`` back to the stream ``x``."""
+        y = x + self.dropout(fx)
+        return y if self.norm_first else self.norm(y)
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then feed-forward, each wrapped in a ``Sublayer``."""
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+        activation: str = "relu",
+        norm_first: bool = False,
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, activation, activation_dropout)
+        self.attn_sub = Sublayer(d_model, dropout, norm_first, eps)
+        self.ffn_sub = Sublayer(d_model, dropout, norm_first, eps)
+
+    def forward(self, x: Tensor, src_mask: Tensor | None) -> Tensor:
+        """x: [batch, src_len, d_model]; src_mask: bool [batch, 1, 1, src_len], True at tokens."""
+        h, _ = self.self_attn.self_attention(self.attn_sub.pre(x), mask=src_mask)
+        x = self.attn_sub.post(x, h)
+        return self.ffn_sub.post(x, self.ffn(self.ffn_sub.pre(x)))
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, encoder-decoder attention, feed-forward."""
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+        activation: str = "relu",
+        norm_first: bool = False,
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff, activation, activation_dropout)
+        self.self_sub = Sublayer(d_model, dropout, norm_first, eps)
+        self.cross_sub = Sublayer(d_model, dropout, norm_first, eps)
+        self.ffn_sub = Sublayer(d_model, dropout, norm_first, eps)
+
+    def forward(
+        self,
+        y: Tensor,
+        memory_kv: tuple[Tensor, Tensor],
+        src_mask: Tensor | None,
+        cache: dict[str, Tensor] | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """One decoder layer.
+
+        Args:
+            y: [rows, tgt_len, d_model] decoder stream (rows = n_src * hypotheses per source).
+            memory_kv: this layer's cross-attention (k, v), each [n_src, heads, src_len, d_head].
+            src_mask: bool [n_src, 1, 1, src_len], True at real source tokens.
+            cache: this layer's self-attention K/V cache (decoding), updated in place.
+            need_weights: return the cross-attention weights [rows, heads, tgt_len, src_len].
+        """
+        h, _ = self.self_attn.self_attention(self.self_sub.pre(y), causal=True, cache=cache)
+        y = self.self_sub.post(y, h)
+        h, weights = self.cross_attn.cross_attention(
+            self.cross_sub.pre(y), memory_kv, mask=src_mask, need_weights=need_weights
+        )
+        y = self.cross_sub.post(y, h)
+        return self.ffn_sub.post(y, self.ffn(self.ffn_sub.pre(y))), weights

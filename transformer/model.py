@@ -1,0 +1,229 @@
+"""The encoder-decoder Transformer: training forward, ``encode`` and a cached one-step ``decode``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor, nn
+
+from transformer.config import TransformerConfig
+from transformer.embeddings import Embeddings, PositionalEncoding
+from transformer.layers import DecoderLayer, EncoderLayer
+
+
+@dataclass
+class DecoderState:
+    """What incremental decoding keeps between steps.
+
+    Rows of the decoder ("hypotheses") are grouped by source sentence: rows
+    ``i*g .. i*g+g-1`` belong to source ``i``, where ``g = rows // n_src`` (1 for greedy,
+    the beam size for beam search). Cross-attention K/V are stored once per *source*.
+
+    Attributes:
+        self_caches: per decoder layer, {"k", "v"}: [rows, heads, steps, d_head]; grows each step.
+        cross_kv: per decoder layer, (k, v): [n_src, heads, src_len, d_head]; computed once.
+        src_mask: bool [n_src, 1, 1, src_len], True at real source tokens.
+        step: number of target tokens fed so far (the next token's position).
+    """
+
+    self_caches: list[dict[str, Tensor]]
+    cross_kv: list[tuple[Tensor, Tensor]]
+    src_mask: Tensor
+    step: int = 0
+
+    @property
+    def n_src(self) -> int:
+        return self.src_mask.size(0)
+
+    def select(self, rows: Tensor, sources: Tensor | None = None) -> None:
+        """Reorders/shrinks the caches in place.
+
+        Args:
+            rows: [new_rows] indices of the hypotheses to keep, in their new order; each must
+                stay with its source (beam search reorders within a sentence's beams).
+            sources: [new_n_src] indices of the source sentences still active (finished
+                sentences dropped), or None to keep all.
+        """
+        for cache in self.self_caches:
+            if "k" in cache:
+                cache["k"] = cache["k"].index_select(0, rows)
+                cache["v"] = cache["v"].index_select(0, rows)
+        if sources is not None:
+            self.cross_kv = [
+                (k.index_select(0, sources), v.index_select(0, sources)) for k, v in self.cross_kv
+            ]
+            self.src_mask = self.src_mask.index_select(0, sources)
+
+
+class Encoder(nn.Module):
+    """A stack of ``EncoderLayer`` (plus a final LayerNorm in pre-LN)."""
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            EncoderLayer(
+                cfg.d_model,
+                cfg.n_heads,
+                cfg.d_ff,
+                cfg.dropout,
+                cfg.attention_dropout,
+                cfg.activation_dropout,
+                cfg.activation,
+                cfg.norm_first,
+                cfg.layer_norm_eps,
+            )
+            for _ in range(cfg.n_encoder_layers)
+        )
+        self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
+
+    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
+        """x: [batch, src_len, d_model] embedded source; src_mask: [batch, 1, 1, src_len]."""
+        for layer in self.layers:
+            x = layer(x, src_mask)
+        return self.final_norm(x) if self.final_norm is not None else x
+
+
+class Decoder(nn.Module):
+    """A stack of ``DecoderLayer`` (plus a final LayerNorm in pre-LN)."""
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            DecoderLayer(
+                cfg.d_model,
+                cfg.n_heads,
+                cfg.d_ff,
+                cfg.dropout,
+                cfg.attention_dropout,
+                cfg.activation_dropout,
+                cfg.activation,
+                cfg.norm_first,
+                cfg.layer_norm_eps,
+            )
+            for _ in range(cfg.n_decoder_layers)
+        )
+        self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
+
+    def forward(
+        self,
+        y: Tensor,
+        cross_kv: list[tuple[Tensor, Tensor]],
+        src_mask: Tensor,
+        caches: list[dict[str, Tensor]] | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, list[Tensor]]:
+        """y: [rows, tgt_len, d_model] -> ([rows, tgt_len, d_model], per-layer cross weights)."""
+        weights = []
+        for i, layer in enumerate(self.layers):
+            y, w = layer(y, cross_kv[i], src_mask, None if caches is None else caches[i], need_weights)
+            if w is not None:
+                weights.append(w)
+        y = self.final_norm(y) if self.final_norm is not None else y
+        return y, weights
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer (Vaswani et al. 2017).
+
+    Token ids in, next-token logits out. ``forward`` is the teacher-forced training pass;
+    ``encode`` + ``start_decoding`` + ``decode_step`` is incremental inference with a
+    self-attention K/V cache and cross-attention K/V computed once per source.
+    """
+
+    def __init__(self, cfg: TransformerConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.src_embed = Embeddings(cfg.src_vocab_size, cfg.d_model, cfg.pad_id)
+        self.tgt_embed = (
+            self.src_embed
+            if cfg.share_embeddings
+            else Embeddings(cfg.tgt_vocab_size, cfg.d_model, cfg.pad_id)
+        )
+        learned = cfg.positional == "learned"
+        self.src_pos = PositionalEncoding(cfg.d_model, cfg.max_positions, cfg.dropout, learned)
+        self.tgt_pos = PositionalEncoding(cfg.d_model, cfg.max_positions, cfg.dropout, learned)
+        self.encoder = Encoder(cfg)
+        self.decoder = Decoder(cfg)
+        self.output = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=False)
+        if cfg.tie_output:
+            self.output.weight = self.tgt_embed.weight
+        else:
+            nn.init.normal_(self.output.weight, mean=0.0, std=cfg.d_model**-0.5)
+
+    def num_parameters(self, trainable_only: bool = True) -> int:
+        """Parameter count, each shared (tied) tensor counted once."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
+
+    def source_mask(self, src: Tensor) -> Tensor:
+        """src: [batch, src_len] ids -> bool [batch, 1, 1, src_len], True at real tokens."""
+        return (src != self.cfg.pad_id)[:, None, None, :]
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """src: [batch, src_len] ids -> memory [batch, src_len, d_model], mask [batch, 1, 1, src_len]."""
+        src_mask = self.source_mask(src)
+        memory = self.encoder(self.src_pos(self.src_embed(src)), src_mask)
+        return memory, src_mask
+
+    def project_memory(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """Cross-attention K/V of every decoder layer: each (k, v) [batch, heads, src_len, d_head]."""
+        return [layer.cross_attn.project_kv(memory) for layer in self.decoder.layers]
+
+    def decode(
+        self,
+        tgt_in: Tensor,
+        cross_kv: list[tuple[Tensor, Tensor]],
+        src_mask: Tensor,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, list[Tensor]]:
+        """Decoder on a whole target prefix (no cache).
+
+        Args:
+            tgt_in: [rows, tgt_len] decoder input ids (BOS first); rows = n_src * g.
+            cross_kv: from ``project_memory``; src_mask: [n_src, 1, 1, src_len].
+            need_weights: also return per-layer cross-attention [rows, heads, tgt_len, src_len].
+
+        Returns:
+            logits [rows, tgt_len, tgt_vocab] and the list of weights (empty unless asked).
+        """
+        y = self.tgt_pos(self.tgt_embed(tgt_in))
+        y, weights = self.decoder(y, cross_kv, src_mask, need_weights=need_weights)
+        return self.output(y), weights
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher-forced pass: src [batch, src_len], tgt_in [batch, tgt_len] -> logits [batch, tgt_len, V].
+
+        Target padding needs no mask: padding is on the right and the causal mask already keeps
+        every real position from seeing it.
+        """
+        memory, src_mask = self.encode(src)
+        logits, _ = self.decode(tgt_in, self.project_memory(memory), src_mask)
+        return logits
+
+    def cross_attention_weights(self, src: Tensor, tgt_in: Tensor) -> list[Tensor]:
+        """Per decoder layer, cross-attention weights [batch, heads, tgt_len, src_len] (eval mode)."""
+        memory, src_mask = self.encode(src)
+        _, weights = self.decode(tgt_in, self.project_memory(memory), src_mask, need_weights=True)
+        return weights
+
+    def start_decoding(self, memory: Tensor, src_mask: Tensor) -> DecoderState:
+        """Empty self-attention caches and the cross-attention K/V of ``memory`` [n_src, src_len, d]."""
+        return DecoderState(
+            self_caches=[{} for _ in self.decoder.layers],
+            cross_kv=self.project_memory(memory),
+            src_mask=src_mask,
+        )
+
+    def decode_step(self, tokens: Tensor, state: DecoderState) -> Tensor:
+        """Feeds one token per hypothesis and returns the next-token logits.
+
+        Args:
+            tokens: [rows] the latest token of each hypothesis (BOS at step 0); rows = n_src * g.
+            state: from ``start_decoding``; its caches grow by one step, in place.
+
+        Returns:
+            logits [rows, tgt_vocab].
+        """
+        y = self.tgt_pos(self.tgt_embed(tokens[:, None]), offset=state.step)  # (R, 1, D)
+        y, _ = self.decoder(y, state.cross_kv, state.src_mask, caches=state.self_caches)
+        state.step += 1
+        return self.output(y[:, -1])
