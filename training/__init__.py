@@ -1,0 +1,1 @@
+"""Training, checkpoints and inference around the pure-PyTorch ``transformer`` package."""
