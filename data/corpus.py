@@ -1,0 +1,361 @@
+"""Parallel corpora as a ``datasets.DatasetDict`` with ``train`` / ``validation`` / ``test`` splits.
+
+Two sources give the same result, each split with columns ``id`` (int), ``src`` (str), ``tgt`` (str):
+
+* a hub dataset (``hub_id``), either with flat language columns (``{"de": ..., "en": ...}``, as in
+  the usual Multi30k upload) or with a ``translation`` dict column (WMT, IWSLT uploads);
+* a local directory laid out ``{split}.{lang}`` or ``{split}.{lang}.gz`` (Multi30k, fairseq).
+
+``id`` is the row index of the example within its split *before* filtering, i.e. the line number
+(0-based) in the local files. Validation and test are never filtered, so there ``id`` is also the
+position of the row and of its reference.
+
+Local files are split on ``b"\\n"`` only. Python's universal newlines and ``str.splitlines()``
+also split on ``\\r``, U+2028, U+2029, ``\\x85``, ``\\x0b``, ``\\x0c``, ... which silently breaks the
+alignment of source and target lines; those characters are kept inside lines here. One documented
+exception: a file in which *every* line ends with ``\\r\\n`` (a Windows file) has that trailing
+``\\r`` removed; a ``\\r`` anywhere else is kept. A UTF-8 byte order mark at the start of a file is
+removed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import datasets
+
+logger = logging.getLogger(__name__)
+
+# The splits every corpus ends up with, whatever the names in the source.
+SPLITS: tuple[str, ...] = ("train", "validation", "test")
+
+# Project root = the directory holding the `data` package; never the current working directory.
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DATA_DIR_ENV = "MULTI30K_DIR"
+
+
+class CorpusError(ValueError):
+    """A corpus that cannot be used as it is: misaligned, undecodable, or missing a split."""
+
+
+def default_data_dir() -> str:
+    """The local corpus directory used when none is configured.
+
+    Returns:
+        ``$MULTI30K_DIR`` if set, else ``<project root>/../shared/data/multi30k``.
+    """
+    env = os.environ.get(DATA_DIR_ENV)
+    if env:
+        return env
+    return str((PROJECT_ROOT.parent / "shared" / "data" / "multi30k").resolve())
+
+
+def find_split_file(data_dir: str | Path, split: str, lang: str) -> Path:
+    """Locate ``{split}.{lang}`` or ``{split}.{lang}.gz`` in ``data_dir``.
+
+    Raises:
+        FileNotFoundError: neither exists; the message names both candidates and what is there.
+    """
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise FileNotFoundError(
+            f"corpus directory {data_dir} does not exist (set data_dir or ${DATA_DIR_ENV})"
+        )
+    candidates = [data_dir / f"{split}.{lang}", data_dir / f"{split}.{lang}.gz"]
+    for path in candidates:
+        if path.is_file():
+            return path
+    present = sorted(p.name for p in data_dir.iterdir())
+    raise FileNotFoundError(
+        f"no file for split {split!r} language {lang!r}: looked for "
+        f"{' and '.join(str(p) for p in candidates)}; {data_dir} holds {present}"
+    )
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """Read a text file (optionally gzip-compressed) as a list of lines, split on ``\\n`` only.
+
+    Args:
+        path: a plain or ``.gz`` UTF-8 text file.
+
+    Returns:
+        The lines without their ``\\n``. A final ``\\n`` does not start an extra empty line.
+
+    Raises:
+        CorpusError: the file is not valid UTF-8; the message names the file, the 1-based line
+            and the offending bytes.
+    """
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as f:
+        raw = f.read()
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line_no = raw.count(b"\n", 0, err.start) + 1
+        line_start = raw.rfind(b"\n", 0, err.start) + 1
+        bad = raw[err.start : err.end]
+        raise CorpusError(
+            f"{path}: invalid UTF-8 at line {line_no}, byte {err.start - line_start} of the line "
+            f"({bad!r}: {err.reason})"
+        ) from None
+    if not text:
+        return []
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()
+    if lines and all(line.endswith("\r") for line in lines):
+        lines = [line[:-1] for line in lines]
+    return lines
+
+
+def read_parallel_files(src_path: Path, tgt_path: Path) -> tuple[list[str], list[str]]:
+    """Read two line-aligned files.
+
+    Raises:
+        CorpusError: the line counts differ; the message names both files and both counts.
+    """
+    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    if len(src) != len(tgt):
+        raise CorpusError(
+            f"line counts differ: {src_path} has {len(src)} lines, {tgt_path} has {len(tgt)} lines"
+        )
+    return src, tgt
+
+
+def _split_names(train_split: str, valid_split: str, test_split: str) -> dict[str, str]:
+    return {"train": train_split, "validation": valid_split, "test": test_split}
+
+
+def load_local_corpus(
+    data_dir: str | Path,
+    src_lang: str,
+    tgt_lang: str,
+    train_split: str = "train",
+    valid_split: str = "val",
+    test_split: str = "test_2016_flickr",
+) -> datasets.DatasetDict:
+    """Load ``{split}.{lang}[.gz]`` files into splits ``train`` / ``validation`` / ``test``.
+
+    Args:
+        data_dir: directory with the files.
+        src_lang: source language suffix, e.g. ``"de"``.
+        tgt_lang: target language suffix, e.g. ``"en"``.
+        train_split: file prefix of the training split.
+        valid_split: file prefix read as ``validation``.
+        test_split: file prefix read as ``test``.
+
+    Returns:
+        Unfiltered splits with columns ``id``, ``src``, ``tgt``.
+    """
+    out = {}
+    for name, prefix in _split_names(train_split, valid_split, test_split).items():
+        src_path = find_split_file(data_dir, prefix, src_lang)
+        tgt_path = find_split_file(data_dir, prefix, tgt_lang)
+        src, tgt = read_parallel_files(src_path, tgt_path)
+        out[name] = datasets.Dataset.from_dict(
+            {"id": list(range(len(src))), "src": src, "tgt": tgt}, features=_features()
+        )
+        logger.info("read %d %s pairs from %s and %s", len(src), name, src_path, tgt_path)
+    return datasets.DatasetDict(out)
+
+
+def _features() -> datasets.Features:
+    return datasets.Features(
+        {"id": datasets.Value("int64"), "src": datasets.Value("string"), "tgt": datasets.Value("string")}
+    )
+
+
+def normalize_columns(dataset: datasets.Dataset, src_lang: str, tgt_lang: str) -> datasets.Dataset:
+    """Bring a hub split to columns ``id``, ``src``, ``tgt``.
+
+    Args:
+        dataset: a split with either a ``translation`` column of ``{lang: text}`` dicts or one
+            string column per language.
+        src_lang: source language key.
+        tgt_lang: target language key.
+
+    Raises:
+        CorpusError: neither layout is present, or a language is missing.
+    """
+    columns = dataset.column_names
+    if "translation" in columns:
+        pair = dataset.features["translation"]
+        langs = list(pair.languages) if isinstance(pair, datasets.Translation) else list(pair)
+        if langs and (src_lang not in langs or tgt_lang not in langs):
+            raise CorpusError(
+                f"translation column has languages {langs}, not both {src_lang!r} and {tgt_lang!r}"
+            )
+
+        def pick(batch: dict) -> dict:
+            return {
+                "src": [t[src_lang] for t in batch["translation"]],
+                "tgt": [t[tgt_lang] for t in batch["translation"]],
+            }
+
+    elif src_lang in columns and tgt_lang in columns:
+
+        def pick(batch: dict) -> dict:
+            return {"src": batch[src_lang], "tgt": batch[tgt_lang]}
+
+    else:
+        raise CorpusError(
+            f"expected a 'translation' column or columns {src_lang!r} and {tgt_lang!r}; "
+            f"the dataset has {columns}"
+        )
+    dataset = dataset.map(pick, batched=True, remove_columns=columns, desc="select languages")
+    dataset = dataset.add_column("id", list(range(len(dataset))))
+    return dataset.select_columns(["id", "src", "tgt"]).cast(_features())
+
+
+def load_hub_corpus(
+    hub_id: str,
+    src_lang: str,
+    tgt_lang: str,
+    hub_config: str | None = None,
+    train_split: str = "train",
+    valid_split: str = "validation",
+    test_split: str = "test",
+) -> datasets.DatasetDict:
+    """Load a parallel corpus from the Hugging Face hub (needs the network or a warm hub cache).
+
+    Args:
+        hub_id: dataset id, e.g. ``"bentrevett/multi30k"`` or ``"wmt14"``.
+        src_lang: source language key.
+        tgt_lang: target language key.
+        hub_config: dataset configuration name, e.g. ``"de-en"`` for ``wmt14``.
+        train_split: hub split read as ``train``.
+        valid_split: hub split read as ``validation``.
+        test_split: hub split read as ``test``.
+
+    Returns:
+        Unfiltered splits with columns ``id``, ``src``, ``tgt``.
+
+    Raises:
+        CorpusError: a split is missing; the message lists the splits that exist.
+    """
+    raw = datasets.load_dataset(hub_id, hub_config)
+    out = {}
+    for name, hub_split in _split_names(train_split, valid_split, test_split).items():
+        if hub_split not in raw:
+            raise CorpusError(
+                f"{hub_id} ({hub_config}) has no split {hub_split!r} (wanted as {name}); it has {list(raw)}"
+            )
+        out[name] = normalize_columns(raw[hub_split], src_lang, tgt_lang)
+    return datasets.DatasetDict(out)
+
+
+def _iter_columns(dataset: datasets.Dataset, batch_size: int = 10_000) -> Iterator[tuple[str, str]]:
+    for batch in dataset.iter(batch_size=batch_size):
+        yield from zip(batch["src"], batch["tgt"], strict=True)
+
+
+def drop_blank_pairs(dataset: datasets.Dataset, split: str = "train") -> datasets.Dataset:
+    """Drop pairs with an empty or whitespace-only side, logging the counts.
+
+    Args:
+        dataset: columns ``src``, ``tgt``.
+        split: name used in the log line.
+
+    Returns:
+        The kept rows (``id`` unchanged).
+    """
+    keep: list[int] = []
+    empty = blank = 0
+    for i, (src, tgt) in enumerate(_iter_columns(dataset)):
+        if not src or not tgt:
+            empty += 1
+        elif not src.strip() or not tgt.strip():
+            blank += 1
+        else:
+            keep.append(i)
+    logger.info(
+        "%s: kept %d of %d pairs; dropped %d with an empty side, %d with a whitespace-only side",
+        split,
+        len(keep),
+        len(dataset),
+        empty,
+        blank,
+    )
+    return dataset if len(keep) == len(dataset) else dataset.select(keep)
+
+
+def drop_long_pairs(
+    dataset: datasets.Dataset,
+    src_lengths: Sequence[int],
+    tgt_lengths: Sequence[int],
+    max_len: int,
+    split: str = "train",
+) -> datasets.Dataset:
+    """Drop pairs whose source or target is longer than ``max_len`` tokens, logging the counts.
+
+    Args:
+        dataset: any rows.
+        src_lengths: per-row source length (e.g. subword ids including EOS).
+        tgt_lengths: per-row target length, same unit.
+        max_len: longest length kept.
+        split: name used in the log line.
+
+    Returns:
+        The kept rows (``id`` unchanged).
+    """
+    keep = [i for i, (s, t) in enumerate(zip(src_lengths, tgt_lengths, strict=True)) if max(s, t) <= max_len]
+    logger.info(
+        "%s: kept %d of %d pairs; dropped %d longer than %d tokens",
+        split,
+        len(keep),
+        len(dataset),
+        len(dataset) - len(keep),
+        max_len,
+    )
+    return dataset if len(keep) == len(dataset) else dataset.select(keep)
+
+
+def load_parallel_corpus(
+    src_lang: str,
+    tgt_lang: str,
+    data_dir: str | Path | None = None,
+    hub_id: str | None = None,
+    hub_config: str | None = None,
+    train_split: str = "train",
+    valid_split: str = "val",
+    test_split: str = "test_2016_flickr",
+) -> datasets.DatasetDict:
+    """Load a parallel corpus from the hub or a local directory and drop blank training pairs.
+
+    Over-long pairs are dropped later, once lengths in subwords are known
+    (:func:`drop_long_pairs`). Validation and test are never filtered: they are scored against
+    their references line by line.
+
+    Args:
+        src_lang: source language, e.g. ``"de"``.
+        tgt_lang: target language, e.g. ``"en"``.
+        data_dir: local directory; ``None`` means :func:`default_data_dir`. Ignored with ``hub_id``.
+        hub_id: hub dataset id; takes precedence over ``data_dir`` when set.
+        hub_config: hub dataset configuration, e.g. ``"de-en"``.
+        train_split: name of the training split in the source.
+        valid_split: name of the split read as ``validation`` (``"val"`` in Multi30k files).
+        test_split: name of the split read as ``test`` (``"test_2016_flickr"`` in Multi30k files).
+
+    Returns:
+        ``DatasetDict`` with ``train`` / ``validation`` / ``test``, columns ``id``, ``src``, ``tgt``.
+    """
+    if hub_id:
+        corpus = load_hub_corpus(hub_id, src_lang, tgt_lang, hub_config, train_split, valid_split, test_split)
+    else:
+        corpus = load_local_corpus(
+            data_dir if data_dir is not None else default_data_dir(),
+            src_lang,
+            tgt_lang,
+            train_split,
+            valid_split,
+            test_split,
+        )
+    corpus["train"] = drop_blank_pairs(corpus["train"], "train")
+    return corpus

@@ -1,0 +1,19 @@
+"""Fixtures for the data tests: a tiny synthetic parallel corpus on disk, never the network."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.data.parallel_text import make_pairs, write_split
+
+
+@pytest.fixture
+def tiny_corpus_dir(tmp_path: Path) -> Path:
+    """Multi30k-shaped directory: train (400 pairs), val (30), test_2016_flickr (25)."""
+    directory = tmp_path / "corpus"
+    write_split(directory, "train", make_pairs(400, seed=1))
+    write_split(directory, "val", make_pairs(30, seed=2))
+    write_split(directory, "test_2016_flickr", make_pairs(25, seed=3), gz=False)
+    return directory

@@ -1,0 +1,176 @@
+"""Corpus loading: faithful line splitting, clear errors, filtering that reports its counts."""
+
+from __future__ import annotations
+
+import gzip
+import logging
+from pathlib import Path
+
+import datasets
+import pytest
+
+from data import corpus as corpus_mod
+from data.corpus import (
+    CorpusError,
+    default_data_dir,
+    drop_long_pairs,
+    load_hub_corpus,
+    load_local_corpus,
+    load_parallel_corpus,
+    normalize_columns,
+    read_lines,
+)
+from tests.data.parallel_text import make_pairs, write_split
+
+# Characters that str.splitlines() or universal newlines treat as line breaks.
+HOSTILE = ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+
+
+def _write(path: Path, text: str | bytes) -> Path:
+    payload = text.encode("utf-8") if isinstance(text, str) else text
+    if path.suffix == ".gz":
+        with gzip.open(path, "wb") as f:
+            f.write(payload)
+    else:
+        path.write_bytes(payload)
+    return path
+
+
+@pytest.mark.parametrize("suffix", ["", ".gz"])
+def test_hostile_separators_stay_inside_lines(tmp_path: Path, suffix: str) -> None:
+    src_lines = [f"vor{c}nach {i}" for i, c in enumerate(HOSTILE)] + ["\r\r", "ende\r"]
+    tgt_lines = [f"before{c}after {i}" for i, c in enumerate(HOSTILE)] + ["x", "end"]
+    for split in ("train", "val", "test_2016_flickr"):
+        _write(tmp_path / f"{split}.de{suffix}", "".join(s + "\n" for s in src_lines))
+        _write(tmp_path / f"{split}.en{suffix}", "".join(t + "\n" for t in tgt_lines))
+
+    assert read_lines(tmp_path / f"train.de{suffix}") == src_lines
+    assert len("".join(s + "\n" for s in src_lines).splitlines()) > len(src_lines)  # the trap
+
+    corpus = load_local_corpus(tmp_path, "de", "en")
+    for split in ("train", "validation", "test"):
+        assert corpus[split]["src"] == src_lines
+        assert corpus[split]["tgt"] == tgt_lines
+        assert corpus[split]["id"] == list(range(len(src_lines)))
+
+
+def test_windows_line_endings_are_the_one_exception(tmp_path: Path) -> None:
+    crlf = _write(tmp_path / "crlf.txt", "eins\r\nzwei\r\n\r\n")
+    assert read_lines(crlf) == ["eins", "zwei", ""]
+    # A \r before \n in a file that is not wholly \r\n-terminated is data and is kept.
+    mixed = _write(tmp_path / "mixed.txt", "eins\r\nzwei\n")
+    assert read_lines(mixed) == ["eins\r", "zwei"]
+
+
+def test_final_newline_bom_and_empty_lines(tmp_path: Path) -> None:
+    assert read_lines(_write(tmp_path / "a", "x\ny")) == ["x", "y"]
+    assert read_lines(_write(tmp_path / "b", "x\ny\n")) == ["x", "y"]
+    assert read_lines(_write(tmp_path / "c", "x\n\n\ny\n")) == ["x", "", "", "y"]
+    assert read_lines(_write(tmp_path / "d", "\ufeffx\n")) == ["x"]
+    assert read_lines(_write(tmp_path / "e", "")) == []
+    assert read_lines(_write(tmp_path / "f", "\n")) == [""]
+
+
+def test_mismatched_line_counts_name_both_files_and_counts(tmp_path: Path) -> None:
+    write_split(tmp_path, "train", make_pairs(5, seed=0))
+    write_split(tmp_path, "val", make_pairs(3, seed=0))
+    write_split(tmp_path, "test_2016_flickr", make_pairs(3, seed=0))
+    _write(tmp_path / "val.en.gz", "one\ntwo\n")
+    with pytest.raises(CorpusError) as err:
+        load_local_corpus(tmp_path, "de", "en")
+    msg = str(err.value)
+    assert str(tmp_path / "val.de.gz") in msg and "3 lines" in msg
+    assert str(tmp_path / "val.en.gz") in msg and "2 lines" in msg
+
+
+@pytest.mark.parametrize("suffix", ["", ".gz"])
+def test_invalid_utf8_names_file_and_line(tmp_path: Path, suffix: str) -> None:
+    path = _write(tmp_path / f"train.de{suffix}", b"gut\nauch gut\nkaputt \xff\xfe hier\nok\n")
+    with pytest.raises(CorpusError) as err:
+        read_lines(path)
+    msg = str(err.value)
+    assert str(path) in msg
+    assert "line 3" in msg
+    assert "\\xff" in msg
+
+
+def test_missing_file_split_and_directory(tmp_path: Path) -> None:
+    write_split(tmp_path, "train", make_pairs(5, seed=0))
+    write_split(tmp_path, "val", make_pairs(3, seed=0))
+    with pytest.raises(FileNotFoundError, match="test_2016_flickr.de.gz"):
+        load_local_corpus(tmp_path, "de", "en")
+    with pytest.raises(FileNotFoundError, match=r"'fr'"):
+        load_local_corpus(tmp_path, "de", "fr", test_split="val")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_local_corpus(tmp_path / "nowhere", "de", "en")
+
+
+def test_split_names_are_configurable(tmp_path: Path) -> None:
+    write_split(tmp_path, "tr", make_pairs(7, seed=0))
+    write_split(tmp_path, "dev", make_pairs(4, seed=1))
+    write_split(tmp_path, "tst", make_pairs(3, seed=2), gz=False)
+    corpus = load_parallel_corpus(
+        "de", "en", data_dir=str(tmp_path), train_split="tr", valid_split="dev", test_split="tst"
+    )
+    assert {k: len(v) for k, v in corpus.items()} == {"train": 7, "validation": 4, "test": 3}
+    assert corpus["validation"]["src"] == [p[0] for p in make_pairs(4, seed=1)]
+
+
+def test_blank_training_pairs_dropped_with_counts_eval_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    src = ["gut", "", "auch", " \t\u2028", "ok", "x"]
+    tgt = ["good", "leer", "", "blank", "\x0c", "y"]
+    for split in ("train", "val", "test_2016_flickr"):
+        _write(tmp_path / f"{split}.de", "".join(s + "\n" for s in src))
+        _write(tmp_path / f"{split}.en", "".join(t + "\n" for t in tgt))
+    with caplog.at_level(logging.INFO, logger="data.corpus"):
+        corpus = load_parallel_corpus("de", "en", data_dir=str(tmp_path))
+    assert corpus["train"]["src"] == ["gut", "x"]
+    assert corpus["train"]["id"] == [0, 5]  # ids stay the line numbers
+    assert len(corpus["validation"]) == len(corpus["test"]) == 6
+    assert "kept 2 of 6 pairs; dropped 2 with an empty side, 2 with a whitespace-only side" in (caplog.text)
+
+
+def test_drop_long_pairs_reports_counts(caplog: pytest.LogCaptureFixture) -> None:
+    ds = datasets.Dataset.from_dict({"id": [0, 1, 2, 3], "src": list("abcd"), "tgt": list("abcd")})
+    with caplog.at_level(logging.INFO, logger="data.corpus"):
+        kept = drop_long_pairs(ds, [3, 9, 4, 5], [2, 4, 10, 5], max_len=5)
+    assert kept["id"] == [0, 3]
+    assert "kept 2 of 4 pairs; dropped 2 longer than 5 tokens" in caplog.text
+
+
+def test_hub_layouts_normalized_without_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    flat = datasets.Dataset.from_dict({"en": ["a dog", "a cat"], "de": ["ein hund", "eine katze"]})
+    out = normalize_columns(flat, "de", "en")
+    assert out.column_names == ["id", "src", "tgt"]
+    assert out["src"] == ["ein hund", "eine katze"] and out["id"] == [0, 1]
+
+    nested = datasets.Dataset.from_dict(
+        {"translation": [{"de": "ein hund", "en": "a dog"}, {"de": "haus", "en": "house"}]},
+        features=datasets.Features({"translation": datasets.Translation(languages=["de", "en"])}),
+    )
+    out = normalize_columns(nested, "en", "de")
+    assert out["src"] == ["a dog", "house"] and out["tgt"] == ["ein hund", "haus"]
+    with pytest.raises(CorpusError, match="not both"):
+        normalize_columns(nested, "de", "fr")
+    with pytest.raises(CorpusError, match="expected a 'translation' column"):
+        normalize_columns(flat, "de", "fr")
+
+    hub = datasets.DatasetDict({"train": nested, "validation": nested, "test": nested})
+    monkeypatch.setattr(corpus_mod.datasets, "load_dataset", lambda *a, **k: hub)
+    corpus = load_parallel_corpus(
+        "de", "en", hub_id="some/hub-id", valid_split="validation", test_split="test"
+    )
+    assert corpus["test"]["tgt"] == ["a dog", "house"]
+    with pytest.raises(CorpusError, match="has no split 'val'"):
+        load_hub_corpus("some/hub-id", "de", "en", valid_split="val")
+
+
+def test_default_data_dir_env_then_project_relative(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MULTI30K_DIR", "/somewhere/else")
+    assert default_data_dir() == "/somewhere/else"
+    monkeypatch.delenv("MULTI30K_DIR")
+    monkeypatch.chdir("/")  # the default must not depend on the working directory
+    expected = Path(corpus_mod.__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+    assert Path(default_data_dir()) == expected.resolve()
