@@ -1,0 +1,382 @@
+"""SentencePiece subwords: training keyed by content, a small tokenizer wrapper, cached tokenization.
+
+The special ids are fixed here, once, and every model is trained with them:
+``PAD_ID=0``, ``UNK_ID=1``, ``BOS_ID=2``, ``EOS_ID=3``. The Transformer uses pad id 0 without
+importing this module; :class:`SubwordTokenizer` refuses a model whose ids differ.
+
+A model is cached under ``<cache_dir>/spm/<key>.model`` where ``key`` hashes the training text
+(content, not path) and the training settings, so the same corpus and settings reuse it, and it is
+copied into the run directory (``<run_dir>/tokenizer/{joint,src,tgt}.model``) so a run carries
+the exact vocabulary it was trained with.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import datasets
+import sentencepiece as spm
+
+logger = logging.getLogger(__name__)
+
+PAD_ID = 0
+UNK_ID = 1
+BOS_ID = 2
+EOS_ID = 3
+SPECIAL_IDS: frozenset[int] = frozenset({PAD_ID, BOS_ID, EOS_ID})
+
+# Bump when the training call or the tokenized layout changes, so old cache entries are not reused.
+_CACHE_VERSION = "1"
+
+
+def default_cache_dir() -> str:
+    """``$NMT_CACHE_DIR`` if set, else ``~/.cache/nmt-transformer``."""
+    return os.environ.get("NMT_CACHE_DIR") or str(Path.home() / ".cache" / "nmt-transformer")
+
+
+class SubwordTokenizer:
+    """A SentencePiece model with the project's special ids.
+
+    Args:
+        model_proto: the serialized SentencePiece model (the bytes of a ``.model`` file).
+        num_threads: threads used by :meth:`encode` on lists of texts.
+
+    Raises:
+        ValueError: the model's pad / unk / bos / eos ids are not 0 / 1 / 2 / 3.
+    """
+
+    def __init__(self, model_proto: bytes, num_threads: int = 1) -> None:
+        self.model_proto = model_proto
+        self.num_threads = num_threads
+        self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        found = (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id())
+        if found != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+            raise ValueError(
+                f"SentencePiece model has pad/unk/bos/eos ids {found}, expected "
+                f"{(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}"
+            )
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, special ids included."""
+        return self.sp.get_piece_size()
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 of the model bytes: equal fingerprints mean equal tokenization."""
+        return hashlib.sha256(self.model_proto).hexdigest()
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        """Texts to subword ids, without BOS or EOS.
+
+        Args:
+            texts: ``batch`` strings.
+
+        Returns:
+            ``batch`` lists of ids.
+        """
+        return self.sp.encode(list(texts), out_type=int, num_threads=self.num_threads)
+
+    def decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
+        """Subword ids to detokenized text; PAD, BOS and EOS ids are skipped wherever they are.
+
+        Args:
+            ids: ``batch`` sequences of ids (lists, or rows of a LongTensor ``[batch, len]``).
+
+        Returns:
+            ``batch`` strings.
+        """
+        clean = [[int(i) for i in seq if int(i) not in SPECIAL_IDS] for seq in ids]
+        return self.sp.decode(clean)
+
+    def pieces(self, text: str) -> list[str]:
+        """The subword strings of one text (``"▁"`` marks a preceding space), e.g. for plots."""
+        return self.sp.encode(text, out_type=str)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the model to ``path`` (a ``.model`` file) and a readable ``.vocab`` beside it.
+
+        Returns:
+            ``path``.
+        """
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write(path, self.model_proto)
+        vocab = "".join(f"{self.sp.id_to_piece(i)}\t{self.sp.get_score(i)}\n" for i in range(self.vocab_size))
+        _atomic_write(path.with_suffix(".vocab"), vocab.encode("utf-8"))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path, num_threads: int = 1) -> SubwordTokenizer:
+        """Read a ``.model`` file written by :meth:`save` or by SentencePiece."""
+        return cls(Path(path).read_bytes(), num_threads=num_threads)
+
+    def __getstate__(self) -> dict:
+        # The processor itself is rebuilt from the bytes (DataLoader workers pickle datasets).
+        return {"model_proto": self.model_proto, "num_threads": self.num_threads}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["model_proto"], state["num_threads"])
+
+
+def _atomic_write(path: Path, payload: bytes) -> None:
+    # Several ranks may write the same file: write aside, then rename in one step.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "wb") as f:
+        f.write(payload)
+    os.replace(tmp, path)
+
+
+def _hash_texts(h: hashlib._Hash, texts: Iterable[str]) -> int:
+    # Each text is length-prefixed, so the digest identifies the sequence of texts exactly.
+    n = 0
+    for text in texts:
+        b = text.encode("utf-8")
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
+        n += 1
+    return n
+
+
+def train_sentencepiece(
+    texts: Iterable[str],
+    vocab_size: int,
+    model_type: str = "unigram",
+    character_coverage: float = 1.0,
+    input_sentence_size: int = 2_000_000,
+    num_threads: int = 1,
+) -> SubwordTokenizer:
+    """Train a SentencePiece model in memory with the project's special ids.
+
+    Args:
+        texts: training sentences, one per item.
+        vocab_size: size of the vocabulary, special ids included (a hard limit).
+        model_type: ``"unigram"`` or ``"bpe"`` (``"char"`` and ``"word"`` work too).
+        character_coverage: share of characters covered by the alphabet; 1.0 for Latin scripts,
+            0.9995 for scripts with large alphabets.
+        input_sentence_size: at most this many sentences are sampled for training.
+        num_threads: trainer threads.
+    """
+    model = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(texts),
+            model_writer=model,
+            vocab_size=vocab_size,
+            model_type=model_type,
+            character_coverage=character_coverage,
+            input_sentence_size=input_sentence_size,
+            shuffle_input_sentence=True,
+            num_threads=num_threads,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            minloglevel=1,
+        )
+    except RuntimeError as err:
+        raise RuntimeError(
+            f"SentencePiece training ({model_type}, vocab_size={vocab_size}) failed; if the message "
+            f"is about vocab_size or pieces_size, the text is too small for this vocabulary: "
+            f"lower vocab_size. SentencePiece said: {err}"
+        ) from err
+    return SubwordTokenizer(model.getvalue(), num_threads=num_threads)
+
+
+def train_or_load_sentencepiece(
+    texts: Sequence[Iterable[str]],
+    cache_dir: str | Path,
+    vocab_size: int,
+    model_type: str = "unigram",
+    character_coverage: float = 1.0,
+    input_sentence_size: int = 2_000_000,
+    num_threads: int = 1,
+) -> SubwordTokenizer:
+    """Reuse the cached model for this training text and these settings, or train and cache one.
+
+    Args:
+        texts: one or more collections of sentences, each iterated twice (hash, then training);
+            lists or ``datasets`` columns. Their concatenation is the training text.
+        cache_dir: cache root; models live in ``<cache_dir>/spm/<key>.model``.
+        vocab_size: see :func:`train_sentencepiece`.
+        model_type: see :func:`train_sentencepiece`.
+        character_coverage: see :func:`train_sentencepiece`.
+        input_sentence_size: see :func:`train_sentencepiece`.
+        num_threads: trainer and encoder threads (not part of the key).
+    """
+    settings = {
+        "version": _CACHE_VERSION,
+        "vocab_size": vocab_size,
+        "model_type": model_type,
+        "character_coverage": character_coverage,
+        "input_sentence_size": input_sentence_size,
+        "special_ids": [PAD_ID, UNK_ID, BOS_ID, EOS_ID],
+    }
+    h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+    n = sum(_hash_texts(h, part) for part in texts)
+    path = Path(cache_dir) / "spm" / f"{h.hexdigest()[:32]}.model"
+    if path.is_file():
+        logger.info("reusing SentencePiece model %s", path)
+        return SubwordTokenizer.load(path, num_threads=num_threads)
+    logger.info("training SentencePiece (%s, %d) on %d sentences", model_type, vocab_size, n)
+    tokenizer = train_sentencepiece(
+        (t for part in texts for t in part),
+        vocab_size,
+        model_type,
+        character_coverage,
+        input_sentence_size,
+        num_threads,
+    )
+    tokenizer.save(path)
+    logger.info("saved SentencePiece model %s", path)
+    return tokenizer
+
+
+def train_or_load_tokenizers(
+    train_src: Iterable[str],
+    train_tgt: Iterable[str],
+    cache_dir: str | Path,
+    run_dir: str | Path | None = None,
+    joint: bool = True,
+    vocab_size: int = 8000,
+    model_type: str = "unigram",
+    character_coverage: float = 1.0,
+    input_sentence_size: int = 2_000_000,
+    num_threads: int = 1,
+) -> tuple[SubwordTokenizer, SubwordTokenizer]:
+    """The source and target tokenizers for a training split, copied into the run directory.
+
+    Args:
+        train_src: training source sentences (iterated twice per model).
+        train_tgt: training target sentences, aligned with ``train_src``.
+        cache_dir: cache root, see :func:`train_or_load_sentencepiece`.
+        run_dir: when given, models are copied to ``<run_dir>/tokenizer/joint.model`` (joint) or
+            ``src.model`` and ``tgt.model`` (separate).
+        joint: one model trained on source and target text, used for both sides.
+        vocab_size: vocabulary size of each model.
+        model_type: see :func:`train_sentencepiece`.
+        character_coverage: see :func:`train_sentencepiece`.
+        input_sentence_size: see :func:`train_sentencepiece`.
+        num_threads: trainer and encoder threads.
+
+    Returns:
+        ``(src_tokenizer, tgt_tokenizer)``; the same object twice when ``joint``.
+    """
+    kwargs = {
+        "cache_dir": cache_dir,
+        "vocab_size": vocab_size,
+        "model_type": model_type,
+        "character_coverage": character_coverage,
+        "input_sentence_size": input_sentence_size,
+        "num_threads": num_threads,
+    }
+    if joint:
+        src_tok = tgt_tok = train_or_load_sentencepiece([train_src, train_tgt], **kwargs)
+    else:
+        src_tok = train_or_load_sentencepiece([train_src], **kwargs)
+        tgt_tok = train_or_load_sentencepiece([train_tgt], **kwargs)
+    if run_dir is not None:
+        out = Path(run_dir) / "tokenizer"
+        if joint:
+            src_tok.save(out / "joint.model")
+        else:
+            src_tok.save(out / "src.model")
+            tgt_tok.save(out / "tgt.model")
+    return src_tok, tgt_tok
+
+
+def load_run_tokenizers(
+    run_dir: str | Path, num_threads: int = 1
+) -> tuple[SubwordTokenizer, SubwordTokenizer]:
+    """The tokenizers saved by :func:`train_or_load_tokenizers` in ``run_dir``.
+
+    Returns:
+        ``(src_tokenizer, tgt_tokenizer)``; the same object twice for a joint model.
+
+    Raises:
+        FileNotFoundError: ``run_dir`` holds neither ``joint.model`` nor ``src``/``tgt.model``.
+    """
+    out = Path(run_dir) / "tokenizer"
+    if (out / "joint.model").is_file():
+        tok = SubwordTokenizer.load(out / "joint.model", num_threads)
+        return tok, tok
+    if (out / "src.model").is_file() and (out / "tgt.model").is_file():
+        return (
+            SubwordTokenizer.load(out / "src.model", num_threads),
+            SubwordTokenizer.load(out / "tgt.model", num_threads),
+        )
+    raise FileNotFoundError(f"no joint.model or src.model + tgt.model in {out}")
+
+
+def tokenize_split(
+    dataset: datasets.Dataset,
+    src_tokenizer: SubwordTokenizer,
+    tgt_tokenizer: SubwordTokenizer,
+    cache_dir: str | Path | None = None,
+    batch_size: int = 1000,
+) -> datasets.Dataset:
+    """Add subword ids and lengths with ``datasets.map(batched=True)``, cached on disk.
+
+    The cache file is keyed by the split's content (``id``, ``src``, ``tgt``) and both models'
+    bytes, so the same text with the same models is read back instead of re-encoded.
+
+    Args:
+        dataset: columns ``id``, ``src``, ``tgt``.
+        src_tokenizer: source model.
+        tgt_tokenizer: target model.
+        cache_dir: cache root (``<cache_dir>/tokenized/<key>.arrow``); ``None`` keeps it in memory.
+        batch_size: rows per ``map`` call.
+
+    Returns:
+        Columns ``id``, ``src_ids`` (subwords + EOS), ``tgt_ids`` (subwords, no BOS/EOS),
+        ``src_len`` (``len(src_ids)``, the padded source width it needs) and ``tgt_len``
+        (``len(tgt_ids) + 1``, the width of the decoder input and target).
+    """
+
+    def encode(batch: dict) -> dict:
+        src = [ids + [EOS_ID] for ids in src_tokenizer.encode(batch["src"])]
+        tgt = tgt_tokenizer.encode(batch["tgt"])
+        return {
+            "src_ids": src,
+            "tgt_ids": tgt,
+            "src_len": [len(s) for s in src],
+            "tgt_len": [len(t) + 1 for t in tgt],
+        }
+
+    h = hashlib.sha256(f"{_CACHE_VERSION}|{src_tokenizer.fingerprint}|{tgt_tokenizer.fingerprint}".encode())
+    for batch in dataset.iter(batch_size=10_000):
+        h.update(json.dumps(batch["id"]).encode())
+        _hash_texts(h, batch["src"])
+        _hash_texts(h, batch["tgt"])
+    key = h.hexdigest()[:32]
+    cache_file = None
+    if cache_dir is not None:
+        (Path(cache_dir) / "tokenized").mkdir(parents=True, exist_ok=True)
+        cache_file = str(Path(cache_dir) / "tokenized" / f"{key}.arrow")
+    features = datasets.Features(
+        {
+            "id": datasets.Value("int64"),
+            "src_ids": datasets.List(datasets.Value("int32")),
+            "tgt_ids": datasets.List(datasets.Value("int32")),
+            "src_len": datasets.Value("int32"),
+            "tgt_len": datasets.Value("int32"),
+        }
+    )
+    return dataset.map(
+        encode,
+        batched=True,
+        batch_size=batch_size,
+        remove_columns=["src", "tgt"],
+        features=features,
+        cache_file_name=cache_file,
+        load_from_cache_file=True,
+        new_fingerprint=key,
+        desc="tokenize",
+    )
