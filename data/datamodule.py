@@ -1,0 +1,324 @@
+"""``TranslationDataModule``: corpus, subwords and token-budget batches behind Lightning's interface.
+
+Built from plain keyword arguments so that Hydra instantiates it from ``conf/data/*.yaml``
+(``_target_: data.datamodule.TranslationDataModule``) and a checkpoint's saved hyperparameters
+stay plain. The Trainer must run with ``use_distributed_sampler=False``: the batch sampler already
+splits batches across ranks (rank and world size are read from ``self.trainer``).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import datasets
+import lightning as L
+from torch.utils.data import DataLoader
+
+from data.batching import TokenBucketBatchSampler, collate_batch, padding_fraction
+from data.corpus import SPLITS, drop_long_pairs, load_parallel_corpus
+from data.tokenizer import (
+    SubwordTokenizer,
+    default_cache_dir,
+    tokenize_split,
+    train_or_load_tokenizers,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class _ResumableLoader(DataLoader):
+    """The training DataLoader, marked resumable for Lightning (which otherwise warns on resume).
+
+    Its state is the DataModule's (:meth:`TranslationDataModule.state_dict`); Lightning saves it
+    once through the loader and once through the DataModule, and restoring it twice is harmless.
+    """
+
+    def __init__(self, *args: object, datamodule: TranslationDataModule, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self._datamodule = datamodule
+
+    def state_dict(self) -> dict:
+        return self._datamodule.state_dict()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._datamodule.load_state_dict(state_dict)
+
+
+class TranslationDataModule(L.LightningDataModule):
+    """Loads a parallel corpus, trains or reuses SentencePiece, and serves padded batches.
+
+    Batches are dicts from :func:`data.batching.collate_batch`: ``src`` [B, S], ``src_lengths``
+    [B], ``tgt_in`` [B, T], ``tgt_out`` [B, T], ``tgt_lengths`` [B], ``ids`` [B].
+
+    Args:
+        src_lang: source language, e.g. ``"de"``.
+        tgt_lang: target language, e.g. ``"en"``.
+        data_dir: local ``{split}.{lang}[.gz]`` directory; ``None``: ``$MULTI30K_DIR``, else
+            ``<project root>/../shared/data/multi30k``.
+        hub_id: hub dataset id; takes precedence over ``data_dir`` when set.
+        hub_config: hub dataset configuration, e.g. ``"de-en"``.
+        train_split: source split name read as ``train``.
+        valid_split: source split name read as ``validation``.
+        test_split: source split name read as ``test``.
+        joint_vocab: one SentencePiece model for both languages, else one per language.
+        vocab_size: vocabulary size of each SentencePiece model, special ids included.
+        spm_model_type: ``"unigram"`` or ``"bpe"``.
+        character_coverage: SentencePiece character coverage (1.0 for Latin scripts).
+        spm_input_sentence_size: at most this many sentences sampled to train SentencePiece.
+        spm_threads: threads for SentencePiece training and encoding.
+        max_len: training pairs whose source (with EOS) or target (with BOS/EOS) is longer than
+            this many subwords are dropped (counts logged); validation and test are never cut.
+        max_tokens: padded tokens per batch, ``batch_size * max(src_len, tgt_len)``.
+        eval_max_tokens: the same for validation and test; ``None`` means ``max_tokens``.
+        seed: seed of the per-epoch batch order.
+        num_workers: DataLoader worker processes (0: load in the main process).
+        pin_memory: pin batches in page-locked memory (faster host-to-GPU copies).
+        cache_dir: root for cached SentencePiece models and tokenized splits; ``None``:
+            ``$NMT_CACHE_DIR``, else ``~/.cache/nmt-transformer``.
+        run_dir: the run's directory; the SentencePiece model(s) are copied to
+            ``<run_dir>/tokenizer/``. ``None``: kept in the cache only.
+    """
+
+    def __init__(
+        self,
+        src_lang: str = "de",
+        tgt_lang: str = "en",
+        data_dir: str | None = None,
+        hub_id: str | None = None,
+        hub_config: str | None = None,
+        train_split: str = "train",
+        valid_split: str = "val",
+        test_split: str = "test_2016_flickr",
+        joint_vocab: bool = True,
+        vocab_size: int = 8000,
+        spm_model_type: str = "unigram",
+        character_coverage: float = 1.0,
+        spm_input_sentence_size: int = 2_000_000,
+        spm_threads: int = 1,
+        max_len: int = 250,
+        max_tokens: int = 4096,
+        eval_max_tokens: int | None = None,
+        seed: int = 1234,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        cache_dir: str | None = None,
+        run_dir: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.src_lang, self.tgt_lang = src_lang, tgt_lang
+        self.data_dir, self.hub_id, self.hub_config = data_dir, hub_id, hub_config
+        self.split_names = {
+            "train_split": train_split,
+            "valid_split": valid_split,
+            "test_split": test_split,
+        }
+        self.joint_vocab = joint_vocab
+        self.vocab_size = vocab_size
+        self.spm_model_type = spm_model_type
+        self.character_coverage = character_coverage
+        self.spm_input_sentence_size = spm_input_sentence_size
+        self.spm_threads = spm_threads
+        self.max_len = max_len
+        self.max_tokens = max_tokens
+        self.eval_max_tokens = eval_max_tokens or max_tokens
+        self.seed = seed
+        self.num_workers = num_workers
+        self.pin_memory = pin_memory
+        self.cache_dir = cache_dir if cache_dir is not None else default_cache_dir()
+        self.run_dir = run_dir
+
+        self.corpus: datasets.DatasetDict | None = None  # raw text: id, src, tgt
+        self.tokenized: datasets.DatasetDict | None = None  # id, src_ids, tgt_ids, src/tgt_len
+        self.src_tokenizer: SubwordTokenizer | None = None
+        self.tgt_tokenizer: SubwordTokenizer | None = None
+        self._train_sampler: TokenBucketBatchSampler | None = None
+        self._pending_train_state: dict | None = None
+
+    # ----------------------------------------------------------------- loading
+
+    def _load(self) -> None:
+        if self.tokenized is not None:
+            return
+        corpus = load_parallel_corpus(
+            self.src_lang,
+            self.tgt_lang,
+            data_dir=self.data_dir,
+            hub_id=self.hub_id,
+            hub_config=self.hub_config,
+            **self.split_names,
+        )
+        src_tok, tgt_tok = train_or_load_tokenizers(
+            corpus["train"]["src"],
+            corpus["train"]["tgt"],
+            cache_dir=self.cache_dir,
+            run_dir=self.run_dir,
+            joint=self.joint_vocab,
+            vocab_size=self.vocab_size,
+            model_type=self.spm_model_type,
+            character_coverage=self.character_coverage,
+            input_sentence_size=self.spm_input_sentence_size,
+            num_threads=self.spm_threads,
+        )
+        tokenized = {}
+        for split in SPLITS:
+            tokenized[split] = tokenize_split(corpus[split], src_tok, tgt_tok, self.cache_dir)
+        train = tokenized["train"]
+        tokenized["train"] = drop_long_pairs(
+            train, train["src_len"][:], train["tgt_len"][:], self.max_len, "train"
+        )
+        for split in ("validation", "test"):
+            ds = tokenized[split]
+            n_long = sum(max(s, t) > self.max_len for s, t in zip(ds["src_len"], ds["tgt_len"], strict=True))
+            if n_long:
+                logger.warning(
+                    "%s: %d of %d pairs are longer than max_len=%d tokens (kept)",
+                    split,
+                    n_long,
+                    len(ds),
+                    self.max_len,
+                )
+        self.corpus = corpus
+        self.src_tokenizer, self.tgt_tokenizer = src_tok, tgt_tok
+        self.tokenized = datasets.DatasetDict(tokenized)
+
+    def prepare_data(self) -> None:
+        """Read the corpus, train or reuse SentencePiece and tokenize, filling the caches."""
+        self._load()
+
+    def setup(self, stage: str | None = None) -> None:
+        """Load everything (from the caches written by :meth:`prepare_data` where possible)."""
+        self._load()
+        if stage in (None, "fit"):
+            logger.info(
+                "train padding fraction at max_tokens=%d: %.4f",
+                self.max_tokens,
+                self.train_padding_fraction(),
+            )
+
+    # --------------------------------------------------------------- accessors
+
+    @property
+    def src_vocab_size(self) -> int:
+        """Source vocabulary size (after :meth:`setup`)."""
+        assert self.src_tokenizer is not None, "call setup() first"
+        return self.src_tokenizer.vocab_size
+
+    @property
+    def tgt_vocab_size(self) -> int:
+        """Target vocabulary size (after :meth:`setup`)."""
+        assert self.tgt_tokenizer is not None, "call setup() first"
+        return self.tgt_tokenizer.vocab_size
+
+    @property
+    def tokenizer_dir(self) -> Path | None:
+        """Where the run's SentencePiece model(s) were copied, if a ``run_dir`` was given."""
+        return None if self.run_dir is None else Path(self.run_dir) / "tokenizer"
+
+    def source_texts(self, split: str) -> list[str]:
+        """Raw source sentences of ``"validation"`` or ``"test"``; item ``i`` has ``id == i``."""
+        return self._raw_column(split, "src")
+
+    def reference_texts(self, split: str) -> list[str]:
+        """Raw target sentences (references) of ``"validation"`` or ``"test"``, indexed by id."""
+        return self._raw_column(split, "tgt")
+
+    def _raw_column(self, split: str, column: str) -> list[str]:
+        if split not in ("validation", "test"):
+            raise ValueError(f"texts by id exist for 'validation' and 'test', not {split!r}")
+        assert self.corpus is not None, "call setup() first"
+        return list(self.corpus[split][column])
+
+    # ------------------------------------------------------------- dataloaders
+
+    def _world(self) -> tuple[int, int]:
+        trainer = self.trainer
+        if trainer is None:
+            return 1, 0
+        return trainer.world_size, trainer.global_rank
+
+    def batch_sampler(self, split: str, num_replicas: int = 1, rank: int = 0) -> TokenBucketBatchSampler:
+        """A fresh sampler over ``split``: shuffled for ``train``, fixed order otherwise."""
+        assert self.tokenized is not None, "call setup() first"
+        ds = self.tokenized[split]
+        train = split == "train"
+        return TokenBucketBatchSampler(
+            ds["src_len"][:],
+            ds["tgt_len"][:],
+            max_tokens=self.max_tokens if train else self.eval_max_tokens,
+            shuffle=train,
+            seed=self.seed,
+            num_replicas=num_replicas,
+            rank=rank,
+        )
+
+    def train_padding_fraction(self) -> float:
+        """Padding share of the first epoch's training batches (all ranks' batches together)."""
+        sampler = self.batch_sampler("train")
+        ds = self.tokenized["train"]
+        return padding_fraction(sampler.global_batches(), ds["src_len"][:], ds["tgt_len"][:])
+
+    def _loader(self, split: str, sampler: TokenBucketBatchSampler) -> DataLoader:
+        kwargs = {
+            "batch_sampler": sampler,
+            "collate_fn": collate_batch,
+            "num_workers": self.num_workers,
+            "persistent_workers": self.num_workers > 0,
+            "pin_memory": self.pin_memory,
+        }
+        dataset = self.tokenized[split].select_columns(["id", "src_ids", "tgt_ids"])
+        if split == "train":
+            return _ResumableLoader(dataset, datamodule=self, **kwargs)
+        return DataLoader(dataset, **kwargs)
+
+    def train_dataloader(self) -> DataLoader:
+        """Shuffled token-budget batches; this rank's share when under a distributed Trainer."""
+        sampler = self.batch_sampler("train", *self._world())
+        if self._pending_train_state is not None:
+            self._restore(sampler, self._pending_train_state)
+            self._pending_train_state = None
+        self._train_sampler = sampler
+        return self._loader("train", sampler)
+
+    def val_dataloader(self) -> DataLoader:
+        """Validation batches in a fixed order (sorted by length), split across ranks."""
+        return self._loader("validation", self.batch_sampler("validation", *self._world()))
+
+    def test_dataloader(self) -> DataLoader:
+        """Test batches in a fixed order (sorted by length), split across ranks."""
+        return self._loader("test", self.batch_sampler("test", *self._world()))
+
+    # ------------------------------------------------------------ resumption
+
+    def state_dict(self) -> dict:
+        """The training sampler's epoch and position, saved in Lightning checkpoints.
+
+        Under a Trainer the position is the number of batches trained in the current epoch
+        (``batch_progress.current.processed``), not the sampler's own count, which runs ahead by
+        the batches the DataLoader prefetched.
+        """
+        if self._train_sampler is None:
+            return {}
+        state = self._train_sampler.state_dict()
+        if self.trainer is not None:
+            state["epoch"] = self.trainer.current_epoch
+            state["position"] = self.trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        return {"train_sampler": state}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Resume the training sampler's position (applied when the train dataloader is built)."""
+        state = state_dict.get("train_sampler")
+        if state is None:
+            return
+        if self._train_sampler is not None:
+            self._restore(self._train_sampler, state)
+        else:
+            self._pending_train_state = state
+
+    @staticmethod
+    def _restore(sampler: TokenBucketBatchSampler, state: dict) -> None:
+        try:
+            sampler.load_state_dict(state)
+        except ValueError as err:
+            logger.warning("not resuming the batch order mid-epoch: %s", err)

@@ -1,0 +1,218 @@
+"""TranslationDataModule on a tiny corpus: batches, run-dir tokenizer, Trainer epochs and resume."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import re
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+
+import lightning as L
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.utils import instantiate
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from data.datamodule import TranslationDataModule
+from data.tokenizer import EOS_ID, PAD_ID, load_run_tokenizers
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+VOCAB = 64  # joint vocabulary of the toy lexicon
+
+
+def _datamodule(corpus_dir: Path, tmp_path: Path, **kwargs: object) -> TranslationDataModule:
+    args = {
+        "data_dir": str(corpus_dir),
+        "vocab_size": VOCAB,
+        "max_tokens": 300,
+        "cache_dir": str(tmp_path / "cache"),
+        "run_dir": str(tmp_path / "run"),
+        "seed": 3,
+    }
+    args.update(kwargs)
+    return TranslationDataModule(**args)
+
+
+def _ids(loader: torch.utils.data.DataLoader) -> list[list[int]]:
+    return [batch["ids"].tolist() for batch in loader]
+
+
+def test_setup_serves_batches_and_texts(tiny_corpus_dir: Path, tmp_path: Path) -> None:
+    dm = _datamodule(tiny_corpus_dir, tmp_path)
+    dm.prepare_data()
+    dm.setup("fit")
+    assert dm.src_tokenizer is dm.tgt_tokenizer
+    assert dm.src_vocab_size == dm.tgt_vocab_size == VOCAB
+    assert (tmp_path / "run" / "tokenizer" / "joint.model").is_file()
+    assert load_run_tokenizers(tmp_path / "run")[0].fingerprint == dm.src_tokenizer.fingerprint
+
+    train = list(dm.train_dataloader())
+    ids = [i for b in train for i in b["ids"].tolist()]
+    assert sorted(ids) == list(range(400))
+    for b in train:
+        B, S = b["src"].shape
+        assert b["tgt_in"].shape == b["tgt_out"].shape and b["tgt_in"].shape[0] == B
+        assert B * max(S, b["tgt_in"].shape[1]) <= 300
+        rows = torch.arange(B)
+        assert (b["src"][rows, b["src_lengths"] - 1] == EOS_ID).all()
+        assert (b["tgt_out"][rows, b["tgt_lengths"] - 1] == EOS_ID).all()
+        assert ((b["src"] == PAD_ID).sum(1) == S - b["src_lengths"]).all()
+    assert 0.0 <= dm.train_padding_fraction() < 0.2
+
+    val_ids = _ids(dm.val_dataloader())
+    assert val_ids == _ids(dm.val_dataloader())  # fixed order
+    assert sorted(i for b in val_ids for i in b) == list(range(30))
+    sources, refs = dm.source_texts("test"), dm.reference_texts("test")
+    assert len(sources) == len(refs) == 25
+    batch = next(iter(dm.test_dataloader()))
+    i = batch["ids"][0].item()
+    assert dm.src_tokenizer.decode([batch["src"][0].tolist()]) == [sources[i]]
+    assert dm.tgt_tokenizer.decode([batch["tgt_out"][0].tolist()]) == [refs[i]]
+    with pytest.raises(ValueError):
+        dm.source_texts("train")
+
+
+def test_separate_vocabularies(tiny_corpus_dir: Path, tmp_path: Path) -> None:
+    dm = _datamodule(tiny_corpus_dir, tmp_path, joint_vocab=False, vocab_size=40)
+    dm.setup("validate")
+    assert dm.src_tokenizer is not dm.tgt_tokenizer
+    assert {p.name for p in (tmp_path / "run" / "tokenizer").glob("*.model")} == {
+        "src.model",
+        "tgt.model",
+    }
+
+
+def test_long_training_pairs_dropped_eval_kept(
+    tiny_corpus_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    dm = _datamodule(tiny_corpus_dir, tmp_path, max_len=20)
+    with caplog.at_level(logging.INFO):
+        dm.setup("fit")
+    kept = len(dm.tokenized["train"])
+    assert 0 < kept < 400
+    train = dm.tokenized["train"]
+    assert max(train["src_len"][:] + train["tgt_len"][:]) <= 20
+    assert f"kept {kept} of 400 pairs; dropped {400 - kept} longer than 20 tokens" in caplog.text
+    assert len(dm.tokenized["validation"]) == 30 and len(dm.tokenized["test"]) == 25
+    assert re.search(r"validation: \d+ of 30 pairs are longer than max_len=20", caplog.text)
+    assert "train padding fraction" in caplog.text
+
+
+class _Recorder(L.LightningModule):
+    """Records the example ids of every training batch, per epoch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.seen: list[tuple[int, list[int]]] = []
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        self.seen.append((self.current_epoch, batch["ids"].tolist()))
+        return (self.w * batch["src"].float().mean()).sum()
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def _trainer(tmp_path: Path, **kwargs: object) -> L.Trainer:
+    args = {
+        "accelerator": "cpu",
+        "devices": 1,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "use_distributed_sampler": False,
+        "limit_val_batches": 0,
+        "num_sanity_val_steps": 0,
+        "default_root_dir": str(tmp_path),
+    }
+    args.update(kwargs)
+    return L.Trainer(**args)
+
+
+def _by_epoch(seen: list[tuple[int, list[int]]]) -> dict[int, list[list[int]]]:
+    out: dict[int, list[list[int]]] = {}
+    for epoch, ids in seen:
+        out.setdefault(epoch, []).append(ids)
+    return out
+
+
+@pytest.mark.filterwarnings("ignore:.*does not have many workers")
+@pytest.mark.filterwarnings("ignore:.*but have no `validation_step`")
+@pytest.mark.filterwarnings("ignore:Be aware that when using `ckpt_path`")
+@pytest.mark.filterwarnings("error:.*not resumable")
+def test_trainer_epochs_reshuffle_and_resume_mid_epoch(tiny_corpus_dir: Path, tmp_path: Path) -> None:
+    reference = _Recorder()
+    _trainer(tmp_path, max_epochs=2).fit(reference, datamodule=_datamodule(tiny_corpus_dir, tmp_path))
+    epochs = _by_epoch(reference.seen)
+    for batches in epochs.values():  # every example exactly once per epoch
+        assert Counter(i for b in batches for i in b) == Counter(range(400))
+    assert epochs[0] != epochs[1]  # the Trainer's set_epoch reached the sampler
+
+    # The same run again, checkpointing three batches into the second epoch; then resume there.
+    n = len(epochs[0])
+    saver = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=n + 3, save_top_k=-1)
+    first = _Recorder()
+    _trainer(tmp_path, max_epochs=2, enable_checkpointing=True, callbacks=[saver]).fit(
+        first, datamodule=_datamodule(tiny_corpus_dir, tmp_path)
+    )
+    assert first.seen == reference.seen
+    (ckpt,) = (tmp_path / "ckpt").glob("*.ckpt")
+    second = _Recorder()
+    _trainer(tmp_path, max_epochs=2).fit(
+        second, datamodule=_datamodule(tiny_corpus_dir, tmp_path), ckpt_path=str(ckpt)
+    )
+    assert _by_epoch(second.seen) == {1: epochs[1][3:]}
+
+
+def _composed(name: str) -> dict:
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(overrides=[f"+data={name}"])
+    return dict(cfg.data)
+
+
+def test_configs_map_one_to_one_and_every_key_is_commented(tiny_corpus_dir: Path, tmp_path: Path) -> None:
+    params = set(inspect.signature(TranslationDataModule.__init__).parameters) - {"self"}
+    multi30k = _composed("multi30k")
+    assert set(multi30k) - {"_target_"} == params
+    hub = _composed("hub")
+    assert set(hub) - {"_target_"} == params
+    assert hub["hub_id"] == "wmt14" and hub["valid_split"] == "validation"
+    for path in sorted((CONF_DIR / "data").glob("*.yaml")):
+        lines = path.read_text().splitlines()
+        for n, line in enumerate(lines):
+            if re.match(r"^[A-Za-z_]+:", line) and not line.startswith(("_target_", "defaults")):
+                above = n - 1
+                while not lines[above].startswith("#"):
+                    assert re.match(r"^[A-Za-z_]+:", lines[above]), f"{path.name}: {line}"
+                    above -= 1  # a run of keys sharing one comment
+    dm = instantiate(
+        multi30k,
+        data_dir=str(tiny_corpus_dir),
+        vocab_size=VOCAB,
+        cache_dir=str(tmp_path / "cache"),
+    )
+    assert isinstance(dm, TranslationDataModule)
+    assert dm.hparams["valid_split"] == "val" and dm.hparams["test_split"] == "test_2016_flickr"
+    dm.setup("test")
+    assert len(dm.reference_texts("test")) == 25
+
+
+def test_loaders_split_across_ranks_from_the_trainer(tiny_corpus_dir: Path, tmp_path: Path) -> None:
+    shares = {}
+    for split in ("train", "validation"):
+        per_rank = []
+        for rank in range(3):
+            dm = _datamodule(tiny_corpus_dir, tmp_path)
+            dm.trainer = SimpleNamespace(world_size=3, global_rank=rank)  # what the loaders read
+            dm.setup("validate")
+            loader = dm.train_dataloader() if split == "train" else dm.val_dataloader()
+            per_rank.append(_ids(loader))
+        assert len({len(batches) for batches in per_rank}) == 1  # equal counts: DDP does not hang
+        shares[split] = [i for batches in per_rank for b in batches for i in b]
+    assert sorted(shares["train"]) == list(range(400))  # disjoint and complete
+    assert sorted(shares["validation"]) == list(range(30))
