@@ -1,7 +1,13 @@
-"""Suite-wide settings: tiny models run single-threaded and seeded."""
+"""Suite-wide settings: tiny models run single-threaded and seeded.
+
+One thread is set at import time too, so that module- and session-scoped fixtures (which run
+before function-scoped autouse fixtures) do not run with every core and oversubscribe the CPU.
+"""
 
 import pytest
 import torch
+
+torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
