@@ -1,0 +1,235 @@
+"""Reading lines, token batches and the Translator, on a random tiny model (properties, not goldens)."""
+
+from __future__ import annotations
+
+import logging
+import random
+
+import pytest
+import torch
+
+from tests.training.toy_spm import LEXICON, toy_pairs, train_word_spm
+from tests.transformer.helpers import tiny_model
+from training.translator import (
+    LINE_BREAKS,
+    SearchOptions,
+    SentencePieceTokenizer,
+    Translator,
+    one_line,
+    read_lines,
+    resolve_device,
+    token_batches,
+)
+
+CPU = torch.device("cpu")
+
+# ------------------------------------------------------------------------------ read_lines
+
+
+@pytest.mark.parametrize(
+    ("raw", "lines"),
+    [
+        (b"", []),
+        (b"\n", [""]),
+        (b"a\nb\n", ["a", "b"]),
+        (b"a\nb", ["a", "b"]),  # no final newline: the last line still counts
+        (b"a\n\n", ["a", ""]),
+        (b"a\r\nb\r\n", ["a", "b"]),  # CRLF
+        (b"a\rb\n\r\n", ["a\rb", ""]),  # \r inside a line stays
+        ("a\u2028b\x85c\x0cd\u2029e\x0bf\n".encode(), ["a\u2028b\x85c\x0cd\u2029e\x0bf"]),
+        (b"\xef\xbb\xbfa\n", ["a"]),  # byte order mark
+    ],
+)
+def test_read_lines_splits_on_newline_only(raw: bytes, lines: list[str]) -> None:
+    assert read_lines(raw, "x.txt") == lines
+
+
+def test_read_lines_replaces_invalid_utf8_and_names_the_line(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        lines = read_lines(b"fine\nbad \xff byte\n\xc3\n", "in.txt")
+    assert lines == ["fine", "bad \ufffd byte", "\ufffd"]
+    assert "in.txt line 2: invalid UTF-8" in caplog.text
+    assert "in.txt line 3: invalid UTF-8" in caplog.text
+    assert "line 1" not in caplog.text
+
+
+def test_one_line_removes_every_line_break() -> None:
+    text = "a" + "b".join(LINE_BREAKS) + "c"
+    assert one_line(text).splitlines() == [one_line(text)]
+    assert len(one_line(text)) == len(text)
+
+
+# ---------------------------------------------------------------------------- token_batches
+
+
+def test_token_batches_cover_every_sentence_within_the_budget() -> None:
+    rng = random.Random(0)
+    lengths = [rng.randint(1, 40) for _ in range(300)]
+    for max_tokens in (1, 30, 100, 10_000):
+        batches = token_batches(lengths, max_tokens)
+        assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))
+        for batch in batches:
+            widths = [lengths[i] for i in batch]
+            assert widths == sorted(widths, reverse=True)  # sorted by length
+            assert len(batch) == 1 or len(batch) * max(widths) <= max_tokens
+        if max_tokens == 1:
+            assert len(batches) == len(lengths)  # each too long for the budget: alone
+    assert token_batches([], 10) == []
+    with pytest.raises(ValueError, match="at least 1"):
+        token_batches([3], 0)
+
+
+# ------------------------------------------------------------------------------- Translator
+
+
+@pytest.fixture(scope="module")
+def tokenizers() -> tuple[SentencePieceTokenizer, SentencePieceTokenizer]:
+    pairs = toy_pairs(50, seed=0)
+    src = SentencePieceTokenizer(train_word_spm([s for s, _ in pairs]))
+    tgt = SentencePieceTokenizer(train_word_spm([t for _, t in pairs]))
+    return src, tgt
+
+
+def make_translator(tokenizers, **overrides) -> Translator:
+    src, tgt = tokenizers
+    torch.manual_seed(0)
+    model = tiny_model(
+        src_vocab_size=src.vocab_size, tgt_vocab_size=tgt.vocab_size, max_positions=16, **overrides
+    )
+    return Translator(model, src, tgt, bos_id=2, eos_id=3, device=torch.device("cpu"))
+
+
+TEXTS = [s for s, _ in toy_pairs(12, seed=3)] + ["", "   ", "hund"]
+
+
+def tokens(results) -> list[list[list[int]]]:
+    return [[h.tokens for h in hyps] for hyps in results]
+
+
+def test_batching_does_not_change_translations(tokenizers) -> None:
+    translator = make_translator(tokenizers)
+    sources = translator.encode_sources(TEXTS)
+    options = SearchOptions(beam_size=3, nbest=3)
+    one_by_one = translator.translate_ids(sources, options, max_tokens=1)
+    all_at_once = translator.translate_ids(sources, options, max_tokens=10_000)
+    assert tokens(one_by_one) == tokens(all_at_once)
+    for a, b in zip(one_by_one, all_at_once, strict=True):
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
+
+
+def test_cached_equals_recomputed_and_beam1_equals_greedy(tokenizers) -> None:
+    translator = make_translator(tokenizers, norm_first=True)
+    sources = translator.encode_sources(TEXTS)
+    for options in (SearchOptions(beam_size=3, nbest=2), SearchOptions(greedy=True)):
+        recompute = SearchOptions(**{**vars(options), "use_cache": False})
+        assert tokens(translator.translate_ids(sources, options)) == tokens(
+            translator.translate_ids(sources, recompute)
+        )
+    beam1 = translator.translate_ids(sources, SearchOptions(beam_size=1), max_tokens=20)
+    greedy = translator.translate_ids(sources, SearchOptions(greedy=True), max_tokens=50)
+    assert tokens(beam1) == tokens(greedy)
+
+
+def test_nbest_is_sorted_and_in_input_order(tokenizers) -> None:
+    translator = make_translator(tokenizers)
+    sources = translator.encode_sources(TEXTS)
+    results = translator.translate_ids(sources, SearchOptions(beam_size=4, nbest=3), max_tokens=8)
+    for source, hyps in zip(sources, results, strict=True):
+        if not source:
+            assert hyps == []
+            continue
+        assert 1 <= len(hyps) <= 3
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+        # In input order: the sentence alone gives the same best output.
+        alone = translator.translate_ids([source], SearchOptions(beam_size=4, nbest=3))
+        assert alone[0][0].tokens == hyps[0].tokens
+
+
+def test_empty_lines_never_reach_the_model(tokenizers, monkeypatch: pytest.MonkeyPatch) -> None:
+    translator = make_translator(tokenizers)
+    seen: list[int] = []
+    search = translator._search
+
+    def counting(src: torch.Tensor, options: SearchOptions):
+        seen.append(src.size(0))
+        return search(src, options)
+
+    monkeypatch.setattr(translator, "_search", counting)
+    assert translator.translate(["", " \t ", "\x0c\u2028"], SearchOptions(greedy=True)) == ["", "", ""]
+    assert seen == []
+    out = translator.translate(["", "hund", "  "], SearchOptions(greedy=True))
+    assert out[0] == out[2] == "" and seen == [1]
+
+
+def test_long_lines_are_cropped_with_a_warning(tokenizers, caplog: pytest.LogCaptureFixture) -> None:
+    translator = make_translator(tokenizers)
+    assert translator.max_source_tokens == 15
+    long_line = " ".join(["hund"] * 40)
+    with caplog.at_level(logging.WARNING):
+        sources = translator.encode_sources(["hund", long_line], name="in.txt")
+    assert [len(s) for s in sources] == [1, 15]
+    assert "in.txt line 2: 40 subword tokens, cropped to the first 15" in caplog.text
+    results = translator.translate_ids(sources, SearchOptions(beam_size=2))
+    assert all(len(hyps) == 1 for hyps in results)
+
+
+class LineBreakingTokenizer:
+    """A target tokenizer whose detokenized text holds every kind of line break."""
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        return [[4] for _ in texts]
+
+    def decode(self, ids: list[list[int]]) -> list[str]:
+        return [" x" + "y".join(LINE_BREAKS) + "z " for _ in ids]
+
+    def id_to_piece(self, ids: list[int]) -> list[str]:
+        return ["x" for _ in ids]
+
+
+def test_output_is_always_one_line(tokenizers) -> None:
+    src, _ = tokenizers
+    model = tiny_model(src_vocab_size=src.vocab_size, tgt_vocab_size=30)
+    translator = Translator(
+        model, src, LineBreakingTokenizer(), bos_id=2, eos_id=3, device=torch.device("cpu")
+    )
+    (text,) = translator.translate(["hund"], SearchOptions(greedy=True, max_len_b=2))
+    assert text.splitlines() == [text] and "\n" not in text and "\r" not in text
+    assert text.startswith("x") and text.endswith("z")
+
+
+def test_cross_attention_shapes(tokenizers) -> None:
+    translator = make_translator(tokenizers)
+    (source,) = translator.encode_sources(["ein hund läuft"])
+    (hyps,) = translator.translate_ids([source], SearchOptions(greedy=True, max_len_b=3))
+    weights = translator.cross_attention(source, hyps[0].tokens)
+    assert len(weights) == 2  # decoder layers
+    for w in weights:
+        assert w.shape == (4, len(hyps[0].tokens) + 1, len(source) + 1)
+        torch.testing.assert_close(w.sum(dim=-1), torch.ones(w.shape[:2]))
+
+
+def test_search_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="nbest=3"):
+        SearchOptions(beam_size=2, nbest=3)
+    with pytest.raises(ValueError, match="beam_size"):
+        SearchOptions(beam_size=0)
+    with pytest.raises(ValueError, match="nbest"):
+        SearchOptions(greedy=True, nbest=2)
+
+
+def test_tokenizer_refuses_other_special_ids() -> None:
+    with pytest.raises(ValueError, match="pad/unk/bos/eos ids"):
+        SentencePieceTokenizer(train_word_spm(list(LEXICON), project_ids=False))
+    with pytest.raises(ValueError, match="not a SentencePiece model"):
+        SentencePieceTokenizer(b"\x00garbage")
+
+
+def test_resolve_device() -> None:
+    assert resolve_device("cpu") == torch.device("cpu")
+    with pytest.raises(ValueError, match="not a device"):
+        resolve_device("gpu-please")
+    with pytest.raises(ValueError, match="only cpu, cuda and mps"):
+        resolve_device("meta")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            resolve_device("cuda:0")

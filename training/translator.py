@@ -1,0 +1,374 @@
+"""Text in, text out: robust line reading, token-budget batching and the translate loop.
+
+The command line (``translate.py``) is a thin shell around this module:
+
+* :func:`read_lines` splits raw bytes on ``b"\\n"`` only, so that every input line gives exactly
+  one output line (``str.splitlines`` would also split on ``\\r``, U+2028, ``\\x85``, ...).
+* :func:`token_batches` groups sentences sorted by length under a budget of padded source tokens.
+* :class:`Translator` encodes, crops, batches, searches and decodes, and returns the results in
+  input order; empty lines never reach the model.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import sentencepiece as spm
+import torch
+from torch import Tensor
+
+from transformer import Transformer
+from transformer.search import beam_search, greedy_search
+
+logger = logging.getLogger(__name__)
+
+# Characters that ``str.splitlines`` (and many editors and terminals) treat as line breaks. Inside
+# a line they are turned into spaces before tokenizing, and removed from every output line, so
+# that one input line is always one output line.
+LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+_TO_SPACE = str.maketrans(dict.fromkeys(LINE_BREAKS, " "))
+
+
+def one_line(text: str) -> str:
+    """``text`` with every line-break character replaced by a space."""
+    return text.translate(_TO_SPACE)
+
+
+def read_lines(raw: bytes, name: str) -> list[str]:
+    """Split raw input on ``b"\\n"`` only and decode each line as UTF-8.
+
+    A final ``\\n`` does not start an extra line; a last line without ``\\n`` is kept. One ``\\r``
+    at the end of a line (CRLF files) is removed; any other ``\\r``, ``\\x0c``, U+2028, ... stays
+    inside its line (see :func:`one_line`). A UTF-8 byte order mark at the start is removed.
+    Invalid UTF-8 is replaced by U+FFFD with a warning that names the line.
+
+    Args:
+        raw: the whole input.
+        name: the file name (or ``"<stdin>"``) used in warnings.
+
+    Returns:
+        One string per line.
+    """
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    if not raw:
+        return []
+    parts = raw.split(b"\n")
+    if raw.endswith(b"\n"):
+        parts.pop()
+    parts = [p[:-1] if p.endswith(b"\r") else p for p in parts]
+    try:  # fast path: the whole input is valid
+        return [p.decode("utf-8") for p in parts]
+    except UnicodeDecodeError:
+        pass
+    lines = []
+    for number, part in enumerate(parts, start=1):
+        try:
+            lines.append(part.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            logger.warning(
+                "%s line %d: invalid UTF-8 (%r at byte %d) replaced with U+FFFD",
+                name,
+                number,
+                part[err.start : err.end],
+                err.start,
+            )
+            lines.append(part.decode("utf-8", errors="replace"))
+    return lines
+
+
+def token_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Group sentence indices, longest first, so that each padded batch fits ``max_tokens``.
+
+    A batch of ``n`` sentences whose longest has ``L`` tokens costs ``n * L`` padded tokens. A
+    sentence longer than the budget on its own gets a batch of its own.
+
+    Args:
+        lengths: ``n`` source lengths (tokens, EOS included).
+        max_tokens: budget of padded source tokens per batch.
+
+    Returns:
+        Lists of indices into ``lengths``; every index appears exactly once.
+    """
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1, not {max_tokens}")
+    # Longest first: the largest batch runs first, so an out-of-memory error comes at once.
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    for i in order:
+        # Sorted longest first, so the batch's first sentence sets its padded width.
+        if batch and (len(batch) + 1) * lengths[batch[0]] > max_tokens:
+            batches.append(batch)
+            batch = []
+        batch.append(i)
+    if batch:
+        batches.append(batch)
+    return batches
+
+
+def resolve_device(name: str | torch.device) -> torch.device:
+    """A torch device that exists here.
+
+    Raises:
+        ValueError: not a device name, or CUDA (or that GPU) is not available.
+    """
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device {name!r}: not a device ({err})") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {name!r}: CUDA is not available on this machine")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"device {name!r}: there are only {torch.cuda.device_count()} CUDA devices")
+    elif device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(f"device {name!r}: MPS is not available on this machine")
+    elif device.type != "cpu":
+        raise ValueError(f"device {name!r}: only cpu, cuda and mps are supported")
+    return device
+
+
+class Tokenizer(Protocol):
+    """What the translator needs from a subword model (``SentencePieceTokenizer`` has it)."""
+
+    def encode(self, texts: list[str]) -> list[list[int]]: ...
+
+    def decode(self, ids: list[list[int]]) -> list[str]: ...
+
+    def id_to_piece(self, ids: list[int]) -> list[str]: ...
+
+
+class SentencePieceTokenizer:
+    """A SentencePiece model built from its serialized bytes.
+
+    Args:
+        model_proto: the bytes of a ``.model`` file.
+        special_ids: the ids the model must have for ``pad``, ``unk``, ``bos``, ``eos``.
+
+    Raises:
+        ValueError: the bytes are not a SentencePiece model, or its special ids differ.
+    """
+
+    def __init__(self, model_proto: bytes, special_ids: tuple[int, int, int, int] = (0, 1, 2, 3)) -> None:
+        self.model_proto = model_proto
+        self.sp = spm.SentencePieceProcessor()
+        try:
+            self.sp.LoadFromSerializedProto(model_proto)
+        except (RuntimeError, OSError, TypeError) as err:
+            first_line = (str(err).splitlines() or [type(err).__name__])[0]
+            raise ValueError(f"not a SentencePiece model ({first_line})") from None
+        found = (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id())
+        if found != tuple(special_ids):
+            raise ValueError(f"SentencePiece model has pad/unk/bos/eos ids {found}, expected {special_ids}")
+        self._special = {self.sp.pad_id(), self.sp.bos_id(), self.sp.eos_id()}
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, special ids included."""
+        return self.sp.get_piece_size()
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        """``batch`` texts to subword ids, without BOS or EOS."""
+        return self.sp.encode(list(texts), out_type=int)
+
+    def decode(self, ids: list[list[int]]) -> list[str]:
+        """``batch`` id sequences to detokenized text; PAD, BOS and EOS are skipped."""
+        return self.sp.decode([[i for i in seq if i not in self._special] for seq in ids])
+
+    def id_to_piece(self, ids: list[int]) -> list[str]:
+        """The subword strings of ``ids`` (``"▁"`` marks a preceding space), e.g. for plots."""
+        return [self.sp.id_to_piece(i) for i in ids]
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """How to search; the defaults are the usual NMT settings.
+
+    Attributes:
+        beam_size: hypotheses kept per sentence (beam search).
+        nbest: hypotheses returned per sentence, best first (at most ``beam_size``).
+        alpha: GNMT length penalty exponent (0: raw log-probabilities).
+        max_len_a, max_len_b: at most ``a * source_length + b`` output tokens.
+        greedy: greedy search instead of beam search (no scores: they are NaN).
+        use_cache: False recomputes the decoder on the whole prefix each step (slow; for tests).
+    """
+
+    beam_size: int = 5
+    nbest: int = 1
+    alpha: float = 0.6
+    max_len_a: float = 1.5
+    max_len_b: int = 10
+    greedy: bool = False
+    use_cache: bool = True
+
+    def __post_init__(self) -> None:
+        if self.beam_size < 1:
+            raise ValueError(f"beam_size must be at least 1, not {self.beam_size}")
+        if not 1 <= self.nbest <= (1 if self.greedy else self.beam_size):
+            raise ValueError(f"nbest={self.nbest} must be between 1 and the beam size")
+
+
+@dataclass
+class Translation:
+    """One output of one sentence.
+
+    Attributes:
+        text: detokenized, on one line (no line-break characters).
+        tokens: target ids without BOS and EOS.
+        score: length-normalised log-probability (NaN for greedy search).
+        log_prob: raw log-probability (NaN for greedy search).
+    """
+
+    text: str
+    tokens: list[int]
+    score: float
+    log_prob: float
+
+
+class Translator:
+    """A model in eval mode with its tokenizers: sentences in, ranked translations out.
+
+    Args:
+        model: the Transformer; put in eval mode and moved to ``device``.
+        src_tokenizer: source subword model.
+        tgt_tokenizer: target subword model (the same object for a joint vocabulary).
+        bos_id, eos_id: target begin/end-of-sentence ids.
+        device: where the model runs.
+        src_lang, tgt_lang: languages, for messages.
+    """
+
+    def __init__(
+        self,
+        model: Transformer,
+        src_tokenizer: Tokenizer,
+        tgt_tokenizer: Tokenizer,
+        bos_id: int,
+        eos_id: int,
+        device: torch.device,
+        src_lang: str = "",
+        tgt_lang: str = "",
+    ) -> None:
+        self.model = model.to(device).eval()
+        self.src_tokenizer = src_tokenizer
+        self.tgt_tokenizer = tgt_tokenizer
+        self.bos_id, self.eos_id, self.pad_id = bos_id, eos_id, model.cfg.pad_id
+        self.device = device
+        self.src_lang, self.tgt_lang = src_lang, tgt_lang
+
+    @property
+    def max_source_tokens(self) -> int:
+        """Most subwords a source may have: EOS takes the last of the model's positions."""
+        return self.model.cfg.max_positions - 1
+
+    def encode_sources(self, texts: Sequence[str], name: str = "<input>") -> list[list[int]]:
+        """Source subword ids (no EOS), one list per text; too long ones cropped with a warning.
+
+        Line-break characters inside a text are read as spaces. A text with no subwords (empty or
+        whitespace) gives an empty list.
+
+        Args:
+            texts: ``n`` sentences; warnings name them as line ``i + 1`` of ``name``.
+            name: the input's name, for warnings.
+        """
+        ids = self.src_tokenizer.encode([one_line(t) for t in texts])
+        limit = self.max_source_tokens
+        for number, seq in enumerate(ids, start=1):
+            if len(seq) > limit:
+                logger.warning(
+                    "%s line %d: %d subword tokens, cropped to the first %d (the model's max_positions "
+                    "is %d, one of them for </s>)",
+                    name,
+                    number,
+                    len(seq),
+                    limit,
+                    self.model.cfg.max_positions,
+                )
+                del seq[limit:]
+        return ids
+
+    def _batch(self, sources: list[list[int]]) -> Tensor:
+        """Sources plus EOS, right-padded: [batch, longest + 1] on the device."""
+        width = max(len(s) for s in sources) + 1
+        rows = [s + [self.eos_id] + [self.pad_id] * (width - len(s) - 1) for s in sources]
+        return torch.tensor(rows, dtype=torch.long, device=self.device)
+
+    def _search(self, src: Tensor, options: SearchOptions) -> list[list[tuple[list[int], float, float]]]:
+        """src: [batch, src_len] -> per sentence, (tokens, score, log_prob) best first."""
+        common = dict(
+            bos_id=self.bos_id,
+            eos_id=self.eos_id,
+            max_len_a=options.max_len_a,
+            max_len_b=options.max_len_b,
+            use_cache=options.use_cache,
+        )
+        if options.greedy:
+            return [[(out, math.nan, math.nan)] for out in greedy_search(self.model, src, **common)]
+        hyps = beam_search(
+            self.model, src, beam_size=options.beam_size, nbest=options.nbest, alpha=options.alpha, **common
+        )
+        return [[(h.tokens, h.score, h.log_prob) for h in per_sentence] for per_sentence in hyps]
+
+    @torch.no_grad()
+    def translate_ids(
+        self,
+        sources: Sequence[list[int]],
+        options: SearchOptions,
+        max_tokens: int = 4096,
+        progress: Callable[[int], None] | None = None,
+    ) -> list[list[Translation]]:
+        """Translate subword sources in batches of at most ``max_tokens`` padded source tokens.
+
+        Args:
+            sources: ``n`` id lists without EOS, each at most :attr:`max_source_tokens` long.
+            options: search settings.
+            max_tokens: budget of padded source tokens (EOS included) per batch.
+            progress: called with the number of sentences finished after each batch.
+
+        Returns:
+            ``n`` lists of up to ``options.nbest`` translations, best first, in input order; an
+            empty list for an empty source (the model never sees it).
+        """
+        results: list[list[Translation]] = [[] for _ in sources]
+        todo = [i for i, s in enumerate(sources) if s]
+        for batch in token_batches([len(sources[i]) + 1 for i in todo], max_tokens):
+            indices = [todo[j] for j in batch]
+            found = self._search(self._batch([sources[i] for i in indices]), options)
+            for i, hyps in zip(indices, found, strict=True):
+                texts = self.tgt_tokenizer.decode([tokens for tokens, _, _ in hyps])
+                results[i] = [
+                    Translation(one_line(text).strip(), tokens, score, log_prob)
+                    for text, (tokens, score, log_prob) in zip(texts, hyps, strict=True)
+                ]
+            if progress is not None:
+                progress(len(indices))
+        return results
+
+    def translate(
+        self, texts: Sequence[str], options: SearchOptions | None = None, max_tokens: int = 4096
+    ) -> list[str]:
+        """The best translation of each text, in order (empty for an empty text)."""
+        found = self.translate_ids(self.encode_sources(texts), options or SearchOptions(), max_tokens)
+        return [hyps[0].text if hyps else "" for hyps in found]
+
+    @torch.no_grad()
+    def cross_attention(self, source: list[int], output: list[int]) -> list[Tensor]:
+        """Cross-attention of the decoder while it produced ``output`` for ``source``.
+
+        Args:
+            source: source ids without EOS (as from :meth:`encode_sources`).
+            output: output ids without BOS and EOS (``Translation.tokens``).
+
+        Returns:
+            Per decoder layer, [heads, len(output) + 1, len(source) + 1] on the CPU: row ``t`` is
+            the attention while predicting output token ``t`` (the last row: ``</s>``), column
+            ``s`` is source token ``s`` (the last column: ``</s>``).
+        """
+        src = torch.tensor([source + [self.eos_id]], device=self.device)  # (1, S)
+        tgt_in = torch.tensor([[self.bos_id] + output], device=self.device)  # (1, T)
+        return [w[0].float().cpu() for w in self.model.cross_attention_weights(src, tgt_in)]
