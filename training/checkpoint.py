@@ -1,0 +1,265 @@
+"""The checkpoint contract between training and inference, defined once.
+
+A checkpoint is a Lightning-style dict written with ``torch.save`` and read back with
+``torch.load(path, map_location=..., weights_only=True)``:
+
+* ``"state_dict"``: the model's weights, keys prefixed ``"model."`` (the LightningModule holds the
+  ``Transformer`` as ``self.model``); tied weights appear under each of their names. Other keys
+  (a loss module's buffers, ...) are ignored by inference.
+* ``"hyper_parameters"``: plain containers; ``["model"]`` is ``TransformerConfig.to_dict()``.
+* ``"nmt"``: what inference needs besides the weights, built by :func:`inference_fields`::
+
+      {"format_version": 1, "src_lang": "de", "tgt_lang": "en",
+       "src_spm": b"...",   # the serialized SentencePiece model
+       "tgt_spm": None,     # or bytes; None: joint vocabulary, use src_spm
+       "pad_id": 0, "unk_id": 1, "bos_id": 2, "eos_id": 3}
+
+Lightning's own entries (``epoch``, ``optimizer_states``, ...) may be there too; inference does
+not read them. :func:`load_translator` checks every step and raises :class:`CheckpointError` with
+a one-line message that names the file and what is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from training.translator import SentencePieceTokenizer, Translator, resolve_device
+from transformer import Transformer, TransformerConfig
+
+FORMAT_VERSION = 1
+SPECIAL_IDS = {"pad_id": 0, "unk_id": 1, "bos_id": 2, "eos_id": 3}
+MODEL_PREFIX = "model."
+
+SpmModel = bytes | str | os.PathLike
+
+
+class CheckpointError(Exception):
+    """A file that is not a usable checkpoint of this project; the message is one line."""
+
+
+def _spm_bytes(model: SpmModel) -> bytes:
+    return bytes(model) if isinstance(model, bytes | bytearray) else Path(model).read_bytes()
+
+
+def inference_fields(
+    src_spm: SpmModel, tgt_spm: SpmModel | None, src_lang: str, tgt_lang: str
+) -> dict[str, Any]:
+    """The checkpoint's ``"nmt"`` entry: languages, tokenizers and special ids.
+
+    Args:
+        src_spm: the source SentencePiece model, as bytes or the path of its ``.model`` file.
+        tgt_spm: the target model likewise, or None for a joint vocabulary (a target model with
+            the same bytes as the source is stored as None too).
+        src_lang, tgt_lang: language codes, e.g. ``"de"``, ``"en"``.
+
+    Returns:
+        A dict of plain values, safe for ``torch.load(weights_only=True)``.
+
+    Raises:
+        ValueError: a model is not a SentencePiece model or lacks the special ids 0/1/2/3.
+    """
+    ids = tuple(SPECIAL_IDS.values())
+    src = _spm_bytes(src_spm)
+    tgt = None if tgt_spm is None else _spm_bytes(tgt_spm)
+    if tgt == src:
+        tgt = None
+    for side, proto in (("source", src), ("target", tgt)):
+        if proto is not None:
+            try:
+                SentencePieceTokenizer(proto, ids)
+            except ValueError as err:
+                raise ValueError(f"{side} tokenizer: {err}") from None
+    return {
+        "format_version": FORMAT_VERSION,
+        "src_lang": str(src_lang),
+        "tgt_lang": str(tgt_lang),
+        "src_spm": src,
+        "tgt_spm": tgt,
+        **SPECIAL_IDS,
+    }
+
+
+def write_checkpoint(
+    path: str | os.PathLike,
+    model: Transformer,
+    nmt: dict[str, Any],
+    hyper_parameters: dict[str, Any] | None = None,
+) -> Path:
+    """Write a minimal checkpoint (what training writes, less the optimizer and loop state).
+
+    Args:
+        path: the file to write; written aside and renamed, so a reader never sees half a file.
+        model: its weights and ``cfg`` are saved.
+        nmt: from :func:`inference_fields`.
+        hyper_parameters: more plain hyperparameters to store beside ``"model"``.
+
+    Returns:
+        ``path``.
+    """
+    path = Path(path)
+    checkpoint = {
+        "state_dict": {MODEL_PREFIX + k: v for k, v in model.state_dict().items()},
+        "hyper_parameters": {**(hyper_parameters or {}), "model": model.cfg.to_dict()},
+        "nmt": nmt,
+    }
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(checkpoint, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """``torch.load(weights_only=True)`` on the CPU, with every failure a :class:`CheckpointError`.
+
+    Tensors are memory-mapped, so the optimizer state of a training checkpoint is not read.
+
+    Raises:
+        CheckpointError: missing, unreadable, truncated or foreign file, or a dict without the
+            ``"state_dict"`` and ``"nmt"`` entries.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such file")
+    if not path.is_file():
+        raise CheckpointError(f"{path}: not a file")
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as err:
+        raise CheckpointError(f"{path}: cannot be read ({err.strerror})") from None
+    if magic != b"PK\x03\x04":  # torch.save writes a zip archive
+        raise CheckpointError(f"{path}: not a PyTorch checkpoint (not a file written by torch.save)")
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(
+            f"{path}: truncated or corrupted (the zip archive written by torch.save is incomplete)"
+        )
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as err:  # torch raises RuntimeError, UnpicklingError, ... with long texts
+        if "Weights only load failed" in str(err):
+            raise CheckpointError(
+                f"{path}: holds Python objects that weights_only=True refuses to load "
+                "(not a checkpoint of this project)"
+            ) from None
+        first_line = (str(err).splitlines() or [type(err).__name__])[0]
+        raise CheckpointError(f"{path}: cannot be loaded by torch.load ({first_line})") from None
+    if not isinstance(checkpoint, dict):
+        raise CheckpointError(f"{path}: holds a {type(checkpoint).__name__}, not a checkpoint dict")
+    missing = [key for key in ("state_dict", "nmt") if key not in checkpoint]
+    if missing:
+        raise CheckpointError(
+            f"{path}: not a checkpoint of this project (no {' or '.join(repr(k) for k in missing)} entry)"
+        )
+    return checkpoint
+
+
+def _config(path: Path, checkpoint: dict[str, Any]) -> TransformerConfig:
+    values = (checkpoint.get("hyper_parameters") or {}).get("model")
+    if not isinstance(values, dict):
+        raise CheckpointError(f"{path}: no model configuration (hyper_parameters['model'])")
+    try:
+        return TransformerConfig.from_dict(values)
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{path}: invalid model configuration ({err})") from None
+
+
+def _tokenizers(path: Path, nmt: dict[str, Any]) -> tuple[SentencePieceTokenizer, SentencePieceTokenizer]:
+    try:
+        ids = tuple(int(nmt[k]) for k in SPECIAL_IDS)
+        protos = {"source": nmt["src_spm"], "target": nmt["tgt_spm"]}
+    except (KeyError, TypeError, ValueError) as err:
+        raise CheckpointError(f"{path}: incomplete 'nmt' entry ({type(err).__name__}: {err})") from None
+    tokenizers = {}
+    for side, proto in protos.items():
+        if proto is None and side == "target":
+            tokenizers[side] = tokenizers["source"]
+            continue
+        if not isinstance(proto, bytes):
+            raise CheckpointError(f"{path}: the {side} tokenizer is a {type(proto).__name__}, not bytes")
+        try:
+            tokenizers[side] = SentencePieceTokenizer(proto, ids)
+        except ValueError as err:
+            raise CheckpointError(f"{path}: {side} tokenizer: {err}") from None
+    return tokenizers["source"], tokenizers["target"]
+
+
+def _weights_mismatch(expected: dict[str, Any], found: dict[str, Any], show: int = 3) -> str:
+    """What keeps ``found`` from loading into a model whose state dict is ``expected``; '' if nothing."""
+
+    def listed(items: list[str]) -> str:
+        more = f", ... ({len(items) - show} more)" if len(items) > show else ""
+        return ", ".join(items[:show]) + more
+
+    missing = [k for k in expected if k not in found]
+    unexpected = [k for k in found if k not in expected]
+    if any(not isinstance(v, torch.Tensor) for v in found.values()):
+        return "some weights are not tensors"
+    shapes = [
+        f"{k} (file {list(found[k].shape)}, model {list(v.shape)})"
+        for k, v in expected.items()
+        if k in found and found[k].shape != v.shape
+    ]
+    parts = [
+        f"{len(items)} {what}: {listed(items)}"
+        for what, items in (("missing", missing), ("unexpected", unexpected), ("of another shape", shapes))
+        if items
+    ]
+    return "; ".join(parts)
+
+
+def load_translator(path: str | os.PathLike, device: str | torch.device = "cpu") -> Translator:
+    """The checkpoint's model (eval mode, on ``device``) with its tokenizers.
+
+    Args:
+        path: a checkpoint written by training or by :func:`write_checkpoint`.
+        device: where the model runs, e.g. ``"cpu"``, ``"cuda"``, ``"cuda:1"``.
+
+    Raises:
+        CheckpointError: the file is missing, truncated, foreign, or its parts do not fit together
+            (unknown format version, vocabulary sizes, weights that do not fit the configuration).
+        ValueError: ``device`` is not a device name or not available.
+    """
+    device = resolve_device(device)
+    path = Path(path)
+    checkpoint = read_checkpoint(path)
+    nmt = checkpoint["nmt"]
+    if not isinstance(nmt, dict):
+        raise CheckpointError(f"{path}: the 'nmt' entry is a {type(nmt).__name__}, not a dict")
+    version = nmt.get("format_version")
+    if version != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path}: format_version {version!r} is not supported (this code reads {FORMAT_VERSION})"
+        )
+    cfg = _config(path, checkpoint)
+    src_tok, tgt_tok = _tokenizers(path, nmt)
+    for side, tok, size in (("source", src_tok, cfg.src_vocab_size), ("target", tgt_tok, cfg.tgt_vocab_size)):
+        if tok.vocab_size != size:
+            raise CheckpointError(
+                f"{path}: the {side} tokenizer has {tok.vocab_size} pieces, the model {size}"
+            )
+    if cfg.pad_id != nmt["pad_id"]:
+        raise CheckpointError(f"{path}: model pad_id {cfg.pad_id} != tokenizer pad_id {nmt['pad_id']}")
+    state = checkpoint["state_dict"]
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: the 'state_dict' entry is a {type(state).__name__}, not a dict")
+    weights = {k[len(MODEL_PREFIX) :]: v for k, v in state.items() if k.startswith(MODEL_PREFIX)}
+    model = Transformer(cfg)
+    mismatch = _weights_mismatch(model.state_dict(), weights)
+    if mismatch:
+        raise CheckpointError(f"{path}: the weights do not fit the model configuration: {mismatch}")
+    model.load_state_dict(weights, strict=True)
+    return Translator(
+        model,
+        src_tok,
+        tgt_tok,
+        bos_id=int(nmt["bos_id"]),
+        eos_id=int(nmt["eos_id"]),
+        device=device,
+        src_lang=str(nmt.get("src_lang", "")),
+        tgt_lang=str(nmt.get("tgt_lang", "")),
+    )
