@@ -1,0 +1,369 @@
+"""Translate text with a trained checkpoint: one output line per input line, in input order.
+
+    python translate.py --checkpoint runs/x/checkpoints/best.ckpt < test.de > test.en
+    python translate.py --checkpoint best.ckpt --input test.de --references test.en
+    python translate.py --checkpoint best.ckpt "Ein Hund läuft." --attention-dir attn/
+
+Only translations go to stdout; progress, warnings and scores go to stderr. A broken checkpoint or
+a wrong option gives a one-line error and exit status 2. Kept thin: the work is in
+``training/translator.py`` (reading, batching, search), ``training/checkpoint.py`` (loading) and
+``training/attention_plot.py`` (heatmaps). Lightning and Hydra are never imported here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from training.checkpoint import CheckpointError, load_translator
+from training.translator import SearchOptions, Translation, Translator, read_lines
+
+logger = logging.getLogger("translate")
+
+PROG = "translate.py"
+
+
+class UsageError(Exception):
+    """A problem with the inputs or options found after parsing; reported in one line."""
+
+
+DESCRIPTION = """\
+Translate sentences with a checkpoint of this project.
+
+Lines come from SENTENCE arguments, --input FILE or stdin, split on '\\n' only;
+each gives exactly one output line, in input order. Empty and whitespace-only
+lines give empty lines; invalid UTF-8 is replaced and lines longer than the
+model allows are cropped, each with a warning that names the line. Only
+translations go to stdout; progress, warnings and scores go to stderr. A bad
+checkpoint or option gives a one-line error and exit status 2.
+"""
+
+EXAMPLES = """\
+examples:
+  python translate.py --checkpoint best.ckpt < test.de > test.en
+  python translate.py --checkpoint best.ckpt --input test.de --references test.en --beam-size 5
+  python translate.py --checkpoint best.ckpt "Ein Hund rennt." --attention-dir attn/ --attention-heads
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description=DESCRIPTION,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add = parser.add_argument
+    add("sentences", nargs="*", metavar="SENTENCE", help="sentences to translate, one line each")
+    add("--checkpoint", required=True, metavar="PATH", help="checkpoint written by training")
+    io = parser.add_argument_group("input and output")
+    io.add_argument("--input", metavar="FILE", help="read lines from FILE ('-': stdin; default: stdin)")
+    io.add_argument("--output", metavar="FILE", help="write translations to FILE (default: stdout)")
+    io.add_argument(
+        "--nbest-output",
+        metavar="FILE",
+        help="write the n-best lists to FILE, tab-separated 'line_number rank score translation' "
+        "(line numbers and ranks from 1, best first; score: log-probability / GNMT length penalty; "
+        "empty input lines have no rows); stdout still gets one line per input line, the best",
+    )
+    io.add_argument(
+        "--references",
+        metavar="FILE",
+        help="reference translations, one per input line: after translating, print sacreBLEU and "
+        "chrF with their signatures to stderr",
+    )
+    search = parser.add_argument_group("search")
+    search.add_argument(
+        "--beam-size",
+        type=int,
+        default=5,
+        metavar="K",
+        help="beam width (default: 5; 1 is greedy with scores)",
+    )
+    search.add_argument(
+        "--nbest",
+        type=int,
+        default=1,
+        metavar="N",
+        help="hypotheses per line for --nbest-output (default: 1)",
+    )
+    search.add_argument(
+        "--greedy", action="store_true", help="greedy search: fastest, no scores, ignores --beam-size"
+    )
+    search.add_argument(
+        "--length-penalty",
+        type=float,
+        default=0.6,
+        metavar="ALPHA",
+        help="GNMT length penalty: score = log P / ((5 + length) / 6) ** ALPHA (default: 0.6; 0: none)",
+    )
+    search.add_argument(
+        "--max-len-a",
+        type=float,
+        default=1.5,
+        metavar="A",
+        help="at most A * source_length + B output tokens (default: 1.5)",
+    )
+    search.add_argument(
+        "--max-len-b", type=int, default=10, metavar="B", help="see --max-len-a (default: 10)"
+    )
+    search.add_argument(
+        "--max-tokens",
+        type=int,
+        default=4096,
+        metavar="N",
+        help="batch lines sorted by length so that each batch has at most N padded source tokens; "
+        "output order is the input order (default: 4096)",
+    )
+    search.add_argument(
+        "--no-cache", action="store_true", help="recompute the decoder at every step (slow; for checks)"
+    )
+    run = parser.add_argument_group("running")
+    run.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
+    run.add_argument(
+        "--threads", type=int, metavar="N", help="CPU threads for torch (default: torch's choice)"
+    )
+    run.add_argument("--quiet", action="store_true", help="no progress bar, no info messages; warnings stay")
+    attention = parser.add_argument_group("attention plots")
+    attention.add_argument(
+        "--attention-dir",
+        metavar="DIR",
+        help="write PNG heatmaps of the best translation's cross-attention to DIR: line{N}.layer{L}.png "
+        "per decoder layer, heads averaged, source subwords across, output subwords down",
+    )
+    attention.add_argument(
+        "--attention-heads",
+        action="store_true",
+        help="also write line{N}.layer{L}.heads.png with one panel per head",
+    )
+    attention.add_argument(
+        "--attention-max-sentences",
+        type=int,
+        default=20,
+        metavar="N",
+        help="plot the first N non-empty lines (default: 20)",
+    )
+    return parser
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for name in ("beam_size", "nbest", "max_tokens", "attention_max_sentences"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.threads is not None and args.threads < 1:
+        parser.error("--threads must be at least 1")
+    if args.greedy and args.nbest > 1:
+        parser.error("--nbest > 1 needs beam search: drop --greedy")
+    if args.greedy and args.nbest_output:
+        parser.error(
+            "--nbest-output needs beam search scores: drop --greedy (--beam-size 1 is greedy with scores)"
+        )
+    if args.nbest > args.beam_size:
+        parser.error(f"--nbest {args.nbest} is larger than --beam-size {args.beam_size}")
+    if args.sentences and args.input is not None:
+        parser.error("give sentences as arguments or --input, not both")
+    if args.attention_heads and not args.attention_dir:
+        parser.error("--attention-heads needs --attention-dir")
+    return args
+
+
+def read_input(args: argparse.Namespace) -> tuple[list[str], str]:
+    """The input lines and the name used for them in warnings."""
+    if args.sentences:
+        # Each argument is one line; os.fsencode recovers the bytes of undecodable arguments.
+        raw = [os.fsencode(s).replace(b"\n", b" ") for s in args.sentences]
+        return read_lines(b"\n".join(raw) + b"\n", "<arguments>"), "<arguments>"
+    if args.input is None or args.input == "-":
+        if sys.stdin.isatty():
+            logger.info("reading sentences from the terminal, one per line; end with Ctrl-D")
+        return read_lines(sys.stdin.buffer.read(), "<stdin>"), "<stdin>"
+    return read_lines(read_file(args.input, "--input"), args.input), args.input
+
+
+def read_file(path: str, option: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as err:
+        raise UsageError(f"{option} {path}: {err.strerror or err}") from None
+
+
+def write_lines(lines: list[str], path: str | None) -> None:
+    """UTF-8, '\\n'-ended, whatever the locale; stdout when ``path`` is None."""
+    payload = "".join(line + "\n" for line in lines).encode("utf-8")
+    if path is None:
+        sys.stdout.buffer.write(payload)
+        sys.stdout.buffer.flush()
+        return
+    try:
+        Path(path).write_bytes(payload)
+    except OSError as err:
+        raise UsageError(f"cannot write {path}: {err.strerror or err}") from None
+
+
+def nbest_rows(results: list[list[Translation]]) -> list[str]:
+    return [
+        f"{number}\t{rank}\t{hyp.score:.6f}\t{hyp.text.replace(chr(9), ' ')}"
+        for number, hyps in enumerate(results, start=1)
+        for rank, hyp in enumerate(hyps, start=1)
+    ]
+
+
+def write_attention(
+    translator: Translator,
+    sources: list[list[int]],
+    results: list[list[Translation]],
+    out_dir: str,
+    per_head: bool,
+    max_sentences: int,
+) -> int:
+    """Heatmaps of the first ``max_sentences`` non-empty lines; returns the number of files."""
+    from training.attention_plot import plot_cross_attention  # matplotlib only when asked for
+
+    width = len(str(len(results)))
+    written = 0
+    chosen = [i for i, hyps in enumerate(results) if hyps][:max_sentences]
+    for i in chosen:
+        best = results[i][0]
+        weights = translator.cross_attention(sources[i], best.tokens)
+        src_labels = translator.src_tokenizer.id_to_piece(sources[i] + [translator.eos_id])
+        out_labels = translator.tgt_tokenizer.id_to_piece(best.tokens + [translator.eos_id])
+        stem = f"line{i + 1:0{width}d}"
+        written += len(plot_cross_attention(weights, src_labels, out_labels, out_dir, stem, per_head))
+    return written
+
+
+class TqdmHandler(logging.Handler):
+    """Writes records to stderr through ``tqdm.write``, so that they do not tear the progress bar."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            tqdm.write(self.format(record), file=sys.stderr)
+        except Exception:
+            self.handleError(record)
+
+
+@contextmanager
+def stderr_logging(quiet: bool) -> Iterator[None]:
+    """Log records to stderr as 'LEVEL: message' while translating; removed afterwards."""
+    root = logging.getLogger()
+    handler = TqdmHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    handler.setLevel(logging.WARNING if quiet else logging.INFO)
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(min(old_level, handler.level) if old_level else handler.level)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(old_level)
+
+
+def run(args: argparse.Namespace) -> None:
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    # Files first (cheap, and a typo is reported at once), then the model, then stdin: an
+    # interactive user learns about a bad checkpoint before typing.
+    for option, path in (("--input", args.input), ("--references", args.references)):
+        if path not in (None, "-") and not Path(path).is_file():
+            raise UsageError(f"{option} {path}: no such file")
+    try:
+        translator = load_translator(args.checkpoint, args.device)
+    except ValueError as err:  # the device
+        raise UsageError(str(err)) from None
+    logger.info(
+        "loaded %s: %s -> %s, %d parameters, on %s",
+        args.checkpoint,
+        translator.src_lang or "?",
+        translator.tgt_lang or "?",
+        translator.model.num_parameters(),
+        translator.device,
+    )
+    lines, name = read_input(args)
+    references = None
+    if args.references:
+        references = read_lines(read_file(args.references, "--references"), args.references)
+        if len(references) != len(lines):
+            raise UsageError(
+                f"--references {args.references} has {len(references)} lines "
+                f"but the input ({name}) has {len(lines)}"
+            )
+    options = SearchOptions(
+        beam_size=1 if args.greedy else args.beam_size,
+        nbest=args.nbest,
+        alpha=args.length_penalty,
+        max_len_a=args.max_len_a,
+        max_len_b=args.max_len_b,
+        greedy=args.greedy,
+        use_cache=not args.no_cache,
+    )
+    start = time.perf_counter()
+    sources = translator.encode_sources(lines, name)
+    n_real = sum(1 for s in sources if s)
+    show = not args.quiet and sys.stderr.isatty()
+    with tqdm(total=n_real, unit="sent", file=sys.stderr, disable=not show, desc="translate") as bar:
+        results = translator.translate_ids(sources, options, args.max_tokens, progress=bar.update)
+    seconds = time.perf_counter() - start
+    hypotheses = [hyps[0].text if hyps else "" for hyps in results]
+    write_lines(hypotheses, args.output)
+    n_tokens = sum(len(hyps[0].tokens) + 1 for hyps in results if hyps)
+    logger.info(
+        "translated %d lines (%d non-empty) in %.1f s: %.1f sentences/s, %.0f output tokens/s",
+        len(lines),
+        n_real,
+        seconds,
+        n_real / max(seconds, 1e-9),
+        n_tokens / max(seconds, 1e-9),
+    )
+    if args.nbest_output:
+        write_lines(nbest_rows(results), args.nbest_output)
+    if args.attention_dir:
+        n_files = write_attention(
+            translator,
+            sources,
+            results,
+            args.attention_dir,
+            args.attention_heads,
+            args.attention_max_sentences,
+        )
+        logger.info("wrote %d attention plots to %s", n_files, args.attention_dir)
+    if references is not None:
+        from training.metrics import corpus_scores  # sacrebleu only when asked for
+
+        sys.stderr.write(corpus_scores(hypotheses, references).report() + "\n")
+        sys.stderr.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status (0, or 2 for a one-line error)."""
+    args = parse_args(argv)
+    with stderr_logging(args.quiet):
+        try:
+            run(args)
+        except (CheckpointError, UsageError) as err:
+            what = "checkpoint " if isinstance(err, CheckpointError) else ""
+            message = " ".join(str(err).split("\n"))
+            sys.stderr.write(f"{PROG}: error: {what}{message}\n")
+            return 2
+        except BrokenPipeError:  # e.g. piped into `head`: stop quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141
+        except KeyboardInterrupt:
+            sys.stderr.write(f"{PROG}: interrupted\n")
+            return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
