@@ -1,0 +1,178 @@
+"""train.py's pipeline: configs compose, a fast dev run, exact resume, DDP BLEU, checkpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, open_dict
+
+from tests.training.toy_corpus import write_toy_corpus
+from training.pipeline import train
+from transformer import TransformerConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+CONF = ROOT / "conf"
+
+
+def _options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml") if p.stem != "default")
+
+
+def toy_overrides(corpus: Path, cache: Path, runs: Path) -> list[str]:
+    return [
+        "model=tiny",
+        f"data.data_dir={corpus}",
+        "data.test_split=test",
+        "data.vocab_size=48",
+        "data.max_tokens=512",
+        f"data.cache_dir={cache}",
+        f"paths.runs_dir={runs}",
+        "optimizer.lr=3e-3",
+        "optimizer.warmup_steps=20",
+        "trainer.enable_progress_bar=false",
+        "trainer.enable_model_summary=false",
+        "trainer.log_every_n_steps=5",
+        "plot=false",
+    ]
+
+
+def compose_config(overrides: list[str], output_dir: Path | None = None) -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=overrides)
+    with open_dict(cfg):
+        cfg.paths.output_dir = str(output_dir) if output_dir else "/nonexistent"
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    base = tmp_path_factory.mktemp("toy")
+    return write_toy_corpus(base / "corpus"), base / "cache", base / "runs"
+
+
+@pytest.mark.parametrize("experiment", [None, *_options("experiment")])
+@pytest.mark.parametrize("model", _options("model"))
+def test_every_model_and_experiment_composes(model, experiment):
+    overrides = [f"model={model}"] + ([f"experiment={experiment}"] if experiment else [])
+    cfg = compose_config(overrides)
+    model_cfg = dict(cfg.model)
+    TransformerConfig(src_vocab_size=100, tgt_vocab_size=100, **model_cfg)  # every key is a real field
+    assert cfg.data._target_ == "data.datamodule.TranslationDataModule"
+    assert cfg.hydra.job.chdir is False if "hydra" in cfg else True
+
+
+@pytest.mark.parametrize("trainer", _options("trainer"))
+def test_every_trainer_composes(trainer):
+    cfg = compose_config([f"trainer={trainer}"])
+    assert cfg.trainer._target_ == "lightning.Trainer"
+    if trainer == "ddp":
+        assert cfg.trainer.strategy == "ddp"
+
+
+def test_command_line_overrides_from_the_issue_compose():
+    cfg = compose_config(
+        ["data.src_lang=en", "data.tgt_lang=de", "model=tiny"]
+        + ["trainer.max_epochs=1", "trainer.fast_dev_run=true"]
+    )
+    assert (cfg.data.src_lang, cfg.data.tgt_lang, cfg.model.d_model) == ("en", "de", 64)
+    assert cfg.trainer.fast_dev_run is True
+
+
+def test_fast_dev_run_on_a_corpus_made_in_the_test(toy, tmp_path):
+    cfg = compose_config([*toy_overrides(*toy), "trainer.fast_dev_run=true"], tmp_path / "run")
+    results = train(cfg)
+    assert "test/bleu" in results and "train/loss" in results
+    assert (tmp_path / "run" / "config.yaml").is_file()
+    assert (tmp_path / "run" / "tokenizer" / "joint.model").is_file()
+
+
+@pytest.fixture(scope="module")
+def trained_run(toy, tmp_path_factory):
+    """A tiny model trained for a few epochs on the toy corpus: its run directory and results."""
+    out = tmp_path_factory.mktemp("trained") / "run"
+    overrides = [*toy_overrides(*toy), "trainer.max_epochs=12", "data.max_tokens=256", "plot=true"]
+    results = train(compose_config(overrides, out))
+    return out, results
+
+
+def test_training_learns_the_toy_task_and_writes_the_run(trained_run):
+    out, results = trained_run
+    assert results["test/bleu"] > 60, results
+    assert json.loads((out / "results.json").read_text())["test/bleu"] == pytest.approx(results["test/bleu"])
+    hyps = (out / "test.en.hyp").read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(hyps) == 24
+    assert (out / "learning_curve.png").stat().st_size > 10_000
+    assert len(list((out / "checkpoints").glob("best-*.ckpt"))) == 1
+
+
+def test_checkpoints_load_with_weights_only_and_hold_plain_hyperparameters(trained_run):
+    out, _ = trained_run
+    ckpt = torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    hp = ckpt["hyper_parameters"]
+    assert type(hp["model"]) is dict and type(hp["optimizer"]) is dict
+    assert hp["model"]["d_model"] == 64 and hp["src_lang"] == "de"
+    assert ckpt["nmt"]["src_lang"] == "de" and isinstance(ckpt["nmt"]["src_spm"], bytes)
+
+
+def test_resumed_run_equals_a_straight_run(toy, tmp_path):
+    """2 epochs, then resumed for 2 more == 4 epochs straight (dropout on): RNG and data restored."""
+    corpus, cache, _ = toy
+    runs = tmp_path / "runs"
+    common = [*toy_overrides(corpus, cache, runs), "test=false", "name=resume"]
+
+    def last_weights(run: str, epochs: int, extra: list[str]) -> dict[str, torch.Tensor]:
+        out = runs / "resume" / run
+        train(compose_config([*common, f"trainer.max_epochs={epochs}", *extra], out))
+        return torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+
+    straight = last_weights("straight", 4, ["ckpt_path=null"])
+    os.rename(runs / "resume" / "straight", tmp_path / "straight")  # "last" must find the 2-epoch run
+    last_weights("a_first", 2, [])
+    resumed = last_weights("b_second", 4, ["ckpt_path=last"])
+    assert straight.keys() == resumed.keys()
+    for name in straight:
+        torch.testing.assert_close(resumed[name], straight[name], rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.slow
+def test_ddp_bleu_equals_single_process_bleu(toy, trained_run, tmp_path):
+    """2 gloo processes decode disjoint shares; BLEU over the gathered outputs is the same.
+
+    The test split has 25 sentences, so the sampler repeats batches to give both ranks equal
+    counts; those repeats must not be scored twice.
+    """
+    corpus, cache, _ = toy
+    odd = write_toy_corpus(tmp_path / "odd", {"train": 300, "val": 24, "test": 25})
+    ckpt = trained_run[0] / "checkpoints" / "last.ckpt"
+    for split in ("train", "val"):  # same training text -> same cached SentencePiece model
+        for lang in ("de", "en"):
+            (odd / f"{split}.{lang}").write_bytes((corpus / f"{split}.{lang}").read_bytes())
+
+    def run(trainer: list[str], out: Path) -> dict:
+        overrides = toy_overrides(odd, cache, tmp_path / "runs")
+        overrides += ["train=false", f"ckpt_path={ckpt}", "data.max_tokens=64", f"hydra.run.dir={out}"]
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "train.py"), *overrides, *trainer],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return {"log": proc.stdout + proc.stderr, **json.loads((out / "results.json").read_text())}
+
+    single = run(["trainer=cpu"], tmp_path / "single")
+    ddp_args = ["trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.precision=32-true"]
+    ddp = run(ddp_args, tmp_path / "ddp")
+    assert "GLOBAL_RANK: 1" in ddp["log"] and "distributed_backend=gloo" in ddp["log"]
+    assert single["test/bleu"] > 10
+    assert ddp["test/bleu"] == pytest.approx(single["test/bleu"], abs=1e-9)
+    assert ddp["test/chrf"] == pytest.approx(single["test/chrf"], abs=1e-9)

@@ -1,0 +1,40 @@
+"""Averaging the weights of several checkpoints (Vaswani et al. average the last 5 or 20)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+
+def average_checkpoints(paths: list[str | Path], output: str | Path) -> Path:
+    """Writes a checkpoint whose ``state_dict`` is the element-wise mean of those in ``paths``.
+
+    Everything else (hyperparameters, tokenizer fields) is taken from the last checkpoint;
+    optimizer and loop states are dropped, since no training state matches averaged weights.
+    """
+    if not paths:
+        raise ValueError("no checkpoints to average")
+    total: dict[str, torch.Tensor] = {}
+    last: dict = {}
+    for path in paths:
+        last = torch.load(path, map_location="cpu", weights_only=True)
+        for name, tensor in last["state_dict"].items():
+            if name in total and total[name].shape != tensor.shape:
+                raise ValueError(
+                    f"{path}: {name} has shape {tuple(tensor.shape)}, not {tuple(total[name].shape)}"
+                )
+            value = tensor.double() if tensor.is_floating_point() else tensor
+            total[name] = total[name] + value if name in total and tensor.is_floating_point() else value
+    averaged = {
+        name: (t / len(paths)).to(last["state_dict"][name].dtype) if t.is_floating_point() else t
+        for name, t in total.items()
+    }
+    keep = {
+        k: v for k, v in last.items() if k not in ("optimizer_states", "lr_schedulers", "loops", "callbacks")
+    }
+    keep["state_dict"] = averaged
+    keep["averaged_from"] = [str(p) for p in paths]
+    output = Path(output)
+    torch.save(keep, output)
+    return output

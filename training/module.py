@@ -1,0 +1,244 @@
+"""The Lightning module: loss, optimisation, validation BLEU, test-time beam search.
+
+Built from plain hyperparameters (dicts of numbers and strings), so that a checkpoint loads
+with ``torch.load(weights_only=True)`` and without Hydra.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import Tensor
+
+from training.metrics import CorpusScores, corpus_scores
+from training.schedule import inverse_sqrt_factor
+from transformer import Transformer, TransformerConfig
+from transformer.search import beam_search, greedy_search
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_OPTIMIZER = {"lr": 5e-4, "betas": (0.9, 0.98), "eps": 1e-9, "weight_decay": 0.0, "warmup_steps": 4000}
+DEFAULT_DECODING = {"beam_size": 5, "alpha": 0.6, "max_len_a": 1.5, "max_len_b": 10, "valid_beam_size": 1}
+SPECIAL_IDS = {"pad_id": 0, "unk_id": 1, "bos_id": 2, "eos_id": 3}
+
+
+def _plain(name: str, value: Any) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError(f"{name} must be a plain dict (OmegaConf.to_container), not {type(value).__name__}")
+    return dict(value)
+
+
+def gather_objects(items: list[Any]) -> list[Any]:
+    """Concatenates ``items`` from every rank (all ranks get the whole list); a no-op alone."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return items
+    gathered: list[list[Any]] = [[] for _ in range(dist.get_world_size())]
+    dist.all_gather_object(gathered, items)
+    return [item for part in gathered for item in part]
+
+
+class TranslationModule(L.LightningModule):
+    """Trains a ``Transformer`` with label-smoothed cross-entropy and scores it with sacreBLEU.
+
+    Args:
+        model: ``TransformerConfig`` fields (vocabulary sizes included).
+        optimizer: Adam settings ``lr`` (peak), ``betas``, ``eps``, ``weight_decay`` and the
+            inverse-sqrt schedule's ``warmup_steps``.
+        label_smoothing: epsilon of label smoothing (0.1 in the paper).
+        decoding: ``beam_size``, ``alpha`` (length penalty) and ``max_len_a``/``max_len_b`` for the
+            test stage; ``valid_beam_size`` for validation (1: greedy).
+        special_ids: ``pad_id``, ``unk_id``, ``bos_id``, ``eos_id`` of the vocabularies.
+        src_lang, tgt_lang: languages, stored so that a checkpoint says what it translates.
+    """
+
+    def __init__(
+        self,
+        model: dict,
+        optimizer: dict | None = None,
+        label_smoothing: float = 0.1,
+        decoding: dict | None = None,
+        special_ids: dict | None = None,
+        src_lang: str = "de",
+        tgt_lang: str = "en",
+    ) -> None:
+        super().__init__()
+        model = _plain("model", model)
+        optimizer = {**DEFAULT_OPTIMIZER, **_plain("optimizer", optimizer)}
+        optimizer["betas"] = tuple(optimizer["betas"])
+        decoding = {**DEFAULT_DECODING, **_plain("decoding", decoding)}
+        special_ids = {**SPECIAL_IDS, **_plain("special_ids", special_ids)}
+        self.save_hyperparameters(
+            {
+                "model": model,
+                "optimizer": optimizer,
+                "label_smoothing": label_smoothing,
+                "decoding": decoding,
+                "special_ids": special_ids,
+                "src_lang": src_lang,
+                "tgt_lang": tgt_lang,
+            }
+        )
+        self.model = Transformer(TransformerConfig.from_dict({**model, "pad_id": special_ids["pad_id"]}))
+        self.pad_id, self.bos_id, self.eos_id = (special_ids[k] for k in ("pad_id", "bos_id", "eos_id"))
+        self.output_dir: str | None = None  # where the test stage writes its translations
+        self.test_scores: CorpusScores | None = None
+        self._eval_records: list[tuple[int, float, int, list[int]]] = []
+        self._last_batch_end: float | None = None
+
+    # ------------------------------------------------------------------ training
+
+    def loss(self, batch: dict[str, Tensor], label_smoothing: float) -> tuple[Tensor, Tensor]:
+        """Per-sentence summed loss [batch] and target token counts [batch] (padding ignored)."""
+        logits = self.model(batch["src"], batch["tgt_in"])  # (B, T, V)
+        target = batch["tgt_out"]
+        token_loss = F.cross_entropy(
+            logits.float().transpose(1, 2),  # (B, V, T)
+            target,
+            ignore_index=self.pad_id,
+            label_smoothing=label_smoothing,
+            reduction="none",
+        )  # (B, T), zero at padding
+        return token_loss.sum(dim=1), (target != self.pad_id).sum(dim=1)
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        loss_sum, n_tokens = self.loss(batch, self.hparams.label_smoothing)
+        tokens = n_tokens.sum()
+        loss = loss_sum.sum() / tokens
+        self.log("train/loss", loss, prog_bar=True, batch_size=int(tokens))
+        self.log("train/lr", self.optimizers().param_groups[0]["lr"], prog_bar=True)
+        self._tokens_in_step = int(tokens)
+        return loss
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        now = time.perf_counter()
+        if self._last_batch_end is not None:
+            tok_s = self._tokens_in_step / max(now - self._last_batch_end, 1e-9)
+            self.log("train/tok_s", tok_s, prog_bar=True, on_step=True, on_epoch=False)
+        self._last_batch_end = now
+
+    def on_train_epoch_start(self) -> None:
+        self._last_batch_end = None  # do not count validation time as training time
+
+    def configure_optimizers(self) -> dict:
+        opt = self.hparams.optimizer
+        adam = torch.optim.Adam(
+            self.model.parameters(),
+            lr=opt["lr"],
+            betas=tuple(opt["betas"]),
+            eps=opt["eps"],
+            weight_decay=opt["weight_decay"],
+        )
+        warmup = int(opt["warmup_steps"])
+        schedule = torch.optim.lr_scheduler.LambdaLR(adam, lambda step: inverse_sqrt_factor(step + 1, warmup))
+        return {"optimizer": adam, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    # --------------------------------------------------------- validation / test
+
+    def _decode(self, src: Tensor, beam_size: int) -> list[list[int]]:
+        d = self.hparams.decoding
+        if beam_size <= 1:
+            return greedy_search(self.model, src, self.bos_id, self.eos_id, d["max_len_a"], d["max_len_b"])
+        hyps = beam_search(
+            self.model,
+            src,
+            self.bos_id,
+            self.eos_id,
+            beam_size=beam_size,
+            alpha=d["alpha"],
+            max_len_a=d["max_len_a"],
+            max_len_b=d["max_len_b"],
+        )
+        return [h[0].tokens for h in hyps]
+
+    def _eval_step(self, batch: dict[str, Tensor], beam_size: int) -> None:
+        nll, n_tokens = self.loss(batch, label_smoothing=0.0)
+        outputs = self._decode(batch["src"], beam_size)
+        for i, id_ in enumerate(batch["ids"].tolist()):
+            self._eval_records.append((id_, float(nll[i]), int(n_tokens[i]), outputs[i]))
+
+    def on_validation_epoch_start(self) -> None:
+        self._eval_records = []
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._eval_step(batch, self.hparams.decoding["valid_beam_size"])
+
+    def on_test_epoch_start(self) -> None:
+        self._eval_records = []
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._eval_step(batch, self.hparams.decoding["beam_size"])
+
+    def _score(self, split: str) -> tuple[CorpusScores, float, list[str]]:
+        """Gathers every rank's outputs by example id (once each) and scores the whole split."""
+        by_id = {rec[0]: rec for rec in gather_objects(self._eval_records)}  # drops sampler repeats
+        self._eval_records = []
+        datamodule = self.trainer.datamodule
+        references = datamodule.reference_texts(split)
+        ids = sorted(by_id)
+        if len(ids) < len(references) and self.trainer.is_global_zero:
+            # Only with limit_*_batches / fast_dev_run: say so rather than pass a subset off as the split.
+            logger.warning(
+                "%s: scoring %d of %d sentences (batches were limited)", split, len(ids), len(references)
+            )
+        records = [by_id[i] for i in ids]
+        hypotheses = datamodule.tgt_tokenizer.decode([rec[3] for rec in records])
+        nll = sum(rec[1] for rec in records) / max(sum(rec[2] for rec in records), 1)
+        return corpus_scores(hypotheses, [references[i] for i in ids]), nll, hypotheses
+
+    def on_validation_epoch_end(self) -> None:
+        if self.trainer.sanity_checking:
+            self._eval_records = []
+            return
+        scores, nll, _ = self._score("validation")
+        ppl = float(torch.tensor(nll).exp())
+        metrics = {"val/loss": nll, "val/ppl": ppl, "val/bleu": scores.bleu, "val/chrf": scores.chrf}
+        self.log_dict(metrics, prog_bar=True, sync_dist=False, rank_zero_only=False)
+        if self.trainer.is_global_zero:
+            logger.info(
+                "epoch %d validation: loss %.4f ppl %.2f BLEU %.2f chrF %.2f  (%s)",
+                self.current_epoch,
+                nll,
+                ppl,
+                scores.bleu,
+                scores.chrf,
+                scores.bleu_signature,
+            )
+
+    def on_test_epoch_end(self) -> None:
+        scores, nll, hypotheses = self._score("test")
+        self.test_scores = scores
+        self.log_dict(
+            {"test/bleu": scores.bleu, "test/bleu_lc": scores.bleu_lowercase, "test/chrf": scores.chrf},
+            rank_zero_only=False,
+        )
+        if self.trainer.is_global_zero:
+            complete = len(hypotheses) == len(self.trainer.datamodule.reference_texts("test"))
+            if self.output_dir is not None and complete:  # a partial file would misalign with the test set
+                path = Path(self.output_dir) / f"test.{self.hparams.tgt_lang}.hyp"
+                path.write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
+                logger.info("test translations written to %s", path)
+            logger.info("test (beam %d):\n%s", self.hparams.decoding["beam_size"], scores.report())
+
+    # -------------------------------------------------------------- checkpoints
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # The global RNG drives dropout; saving it makes a resumed run continue exactly.
+        checkpoint["rng"] = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_available():
+            checkpoint["rng"]["cuda"] = torch.cuda.get_rng_state_all()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        rng = checkpoint.get("rng")
+        if rng is not None:
+            torch.set_rng_state(rng["torch"])
+            if "cuda" in rng and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(rng["cuda"])

@@ -1,0 +1,175 @@
+"""What ``python train.py`` does, as a function of the composed config (tests call it too)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from hydra.utils import instantiate
+from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
+from omegaconf import DictConfig, OmegaConf
+
+from training.averaging import average_checkpoints
+from training.module import TranslationModule
+from training.plots import plot_learning_curve
+
+logger = logging.getLogger(__name__)
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def register_resolvers() -> None:
+    """``${project_root:}`` and ``${unique_id:}`` (one value per process) for the configs."""
+    if not OmegaConf.has_resolver("project_root"):
+        OmegaConf.register_new_resolver("project_root", lambda: str(PROJECT_ROOT))
+    if not OmegaConf.has_resolver("unique_id"):
+        token = f"{os.getpid()}{secrets.token_hex(2)}"
+        OmegaConf.register_new_resolver("unique_id", lambda: token)
+
+
+register_resolvers()
+
+
+def resolve_ckpt_path(ckpt_path: str | None, runs_dir: str | Path, name: str, output_dir: Path) -> str | None:
+    """``None``, a path, or ``"last"``: the newest ``<runs_dir>/<name>/*/checkpoints/last.ckpt``."""
+    if ckpt_path in (None, ""):
+        return None
+    if ckpt_path != "last":
+        if not Path(ckpt_path).is_file():
+            raise FileNotFoundError(f"ckpt_path={ckpt_path}: no such checkpoint file")
+        return str(ckpt_path)
+    candidates = [
+        p
+        for p in (Path(runs_dir) / name).glob("*/checkpoints/last.ckpt")
+        if p.resolve().parent.parent != output_dir.resolve()
+    ]
+    if not candidates:
+        raise FileNotFoundError(
+            f"ckpt_path=last: no {Path(runs_dir) / name}/*/checkpoints/last.ckpt to resume from"
+        )
+    return str(max(candidates, key=lambda p: p.stat().st_mtime))
+
+
+class InferenceFields(Callback):
+    """Stores what translate.py needs (SentencePiece models, languages, ids) in every checkpoint."""
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        self.fields = fields
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        checkpoint["nmt"] = self.fields
+
+
+def _inference_fields(datamodule: Any, src_lang: str, tgt_lang: str) -> dict[str, Any]:
+    from training.checkpoint import inference_fields
+
+    joint = datamodule.src_tokenizer is datamodule.tgt_tokenizer
+    return inference_fields(
+        src_lang=src_lang,
+        tgt_lang=tgt_lang,
+        src_spm=datamodule.src_tokenizer.model_proto,
+        tgt_spm=None if joint else datamodule.tgt_tokenizer.model_proto,
+    )
+
+
+def _plain(cfg: DictConfig) -> dict:
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+def train(cfg: DictConfig) -> dict[str, float]:
+    """Fits, optionally averages checkpoints, tests; returns the final metrics.
+
+    Writes into ``cfg.paths.output_dir``: ``config.yaml``, ``checkpoints/``, ``logs/metrics.csv``,
+    ``tokenizer/``, ``test.<tgt>.hyp``, ``results.json`` and ``learning_curve.png``. With
+    ``train=false`` the test stage uses the weights of ``ckpt_path``.
+    """
+    output_dir = Path(cfg.paths.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, output_dir / "config.yaml", resolve=True)
+    L.seed_everything(cfg.seed, workers=True)
+
+    datamodule = instantiate(cfg.data, run_dir=str(output_dir))
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    joint = datamodule.src_tokenizer is datamodule.tgt_tokenizer
+    model_cfg = _plain(cfg.model)
+    model_cfg.update(src_vocab_size=datamodule.src_vocab_size, tgt_vocab_size=datamodule.tgt_vocab_size)
+    model_cfg["share_embeddings"] = bool(model_cfg.get("share_embeddings", False) and joint)
+    module = TranslationModule(
+        model=model_cfg,
+        optimizer=_plain(cfg.optimizer),
+        label_smoothing=cfg.label_smoothing,
+        decoding=_plain(cfg.decoding),
+        src_lang=cfg.data.src_lang,
+        tgt_lang=cfg.data.tgt_lang,
+    )
+    module.output_dir = str(output_dir)
+    logger.info("model: %s parameters", f"{module.model.num_parameters():,}")
+
+    ckpt_dir = output_dir / "checkpoints"
+    best = ModelCheckpoint(
+        dirpath=ckpt_dir,
+        filename="best-epoch{epoch:03d}-bleu{val/bleu:.2f}",
+        monitor="val/bleu",
+        mode="max",
+        save_top_k=1,
+        save_last=True,
+        auto_insert_metric_name=False,
+    )
+    callbacks: list[Callback] = [
+        best,
+        LearningRateMonitor(logging_interval="step"),
+        InferenceFields(_inference_fields(datamodule, cfg.data.src_lang, cfg.data.tgt_lang)),
+    ]
+    recent = None
+    if cfg.average_last > 1:
+        recent = ModelCheckpoint(
+            dirpath=ckpt_dir,
+            filename="epoch{epoch:03d}",
+            monitor="epoch",
+            mode="max",
+            save_top_k=cfg.average_last,
+            auto_insert_metric_name=False,
+        )
+        callbacks.append(recent)
+    trainer: L.Trainer = instantiate(
+        cfg.trainer,
+        callbacks=callbacks,
+        logger=CSVLogger(save_dir=str(output_dir), name="logs", version=""),
+        default_root_dir=str(output_dir),
+        use_distributed_sampler=False,  # the token-bucket sampler splits batches across ranks
+    )
+
+    ckpt_path = resolve_ckpt_path(cfg.ckpt_path, cfg.paths.runs_dir, cfg.name, output_dir)
+    test_ckpt = ckpt_path  # without training, test the given checkpoint
+    if cfg.train:
+        if ckpt_path:
+            logger.info("resuming from %s", ckpt_path)
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    if cfg.train and not cfg.trainer.get("fast_dev_run"):
+        if recent is not None and trainer.is_global_zero:
+            paths = sorted(recent.best_k_models, key=lambda p: recent.best_k_models[p])
+            averaged = average_checkpoints(paths, ckpt_dir / "averaged.ckpt")
+            logger.info("averaged %d checkpoints into %s", len(paths), averaged)
+        test_ckpt = {
+            "best": best.best_model_path,
+            "last": best.last_model_path,
+            "averaged": str(ckpt_dir / "averaged.ckpt"),
+        }[cfg.test_ckpt] or None
+
+    results: dict[str, float] = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    if cfg.test:
+        trainer.test(module, datamodule=datamodule, ckpt_path=test_ckpt, weights_only=True)
+        results.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+    if trainer.is_global_zero:
+        (output_dir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    metrics_csv = output_dir / "logs" / "metrics.csv"
+    if cfg.plot and trainer.is_global_zero and metrics_csv.is_file():
+        plot_learning_curve(metrics_csv, output_dir / "learning_curve.png", title=cfg.name)
+    return results
