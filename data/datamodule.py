@@ -13,6 +13,7 @@ from pathlib import Path
 
 import datasets
 import lightning as L
+import torch
 from torch.utils.data import DataLoader
 
 from data.batching import TokenBucketBatchSampler, collate_batch, padding_fraction
@@ -266,6 +267,10 @@ class TranslationDataModule(L.LightningDataModule):
             "num_workers": self.num_workers,
             "persistent_workers": self.num_workers > 0,
             "pin_memory": self.pin_memory,
+            # Its own generator: creating an iterator draws a worker seed, and drawing it from the
+            # global RNG (which drives dropout) would make dropout depend on how many loaders were
+            # built before, e.g. by a sanity check; exact resumption needs that independence.
+            "generator": torch.Generator().manual_seed(self.seed),
         }
         dataset = self.tokenized[split].select_columns(["id", "src_ids", "tgt_ids"])
         if split == "train":
