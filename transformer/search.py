@@ -32,8 +32,7 @@ class _RecomputeState:
     def __init__(self, memory: Tensor, src_mask: Tensor, bos: Tensor) -> None:
         self.memory = memory  # (n_src, S, D)
         self.src_mask = src_mask  # (n_src, 1, 1, S)
-        self.prefix = bos[:, None]  # (rows, 0) filled on the first step
-        self.prefix = bos.new_empty(bos.size(0), 0)
+        self.prefix = bos.new_empty(bos.size(0), 0)  # (rows, steps) tokens fed so far
 
     def select(self, rows: Tensor, sources: Tensor | None = None) -> None:
         self.prefix = self.prefix.index_select(0, rows)
