@@ -63,7 +63,14 @@ def fused_attention(
     causal: bool = False,
     dropout_p: float = 0.0,
 ) -> Tensor:
-    """The same as ``scaled_dot_product_attention`` through PyTorch's fused kernels (no weights)."""
+    """The same as ``scaled_dot_product_attention`` through PyTorch's fused kernels (no weights).
+
+    Exception: bf16/fp16 on the CPU takes the written-out path. For translation's short
+    sequences PyTorch's CPU flash kernel is several times slower there than two batched matmuls
+    (measured with torch 2.13 on AVX512-BF16: 53 ms vs 6 ms forward+backward at [273, 4, 15, 64]).
+    """
+    if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):
+        return scaled_dot_product_attention(q, k, v, mask, causal, dropout_p)[0]
     if causal:
         if mask is None and q.size(-2) == k.size(-2):
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
