@@ -1,0 +1,423 @@
+"""Training speed: our Transformer against ``torch.nn.Transformer`` of the same sizes, side by side.
+
+    python bench/train_speed.py                   # 2 threads, fp32 and bf16 autocast, 20 rounds
+    python bench/train_speed.py --workers 2       # also: two single-thread processes at once
+    python bench/train_speed.py --profile         # torch.profiler table of one step of each
+
+What is compared, in one process, interleaved round-robin (each round: the same batch through every
+configuration, the order rotated each round so no configuration always runs first):
+
+* ours: ``transformer.Transformer`` (d 256, 3+3 layers, FFN 1024, 4 heads, vocab 8000, shared and
+  tied embeddings, post-LN, dropout 0.1 on embeddings and sub-layer outputs, as conf/model/small);
+* torch: ``torch.nn.Transformer(batch_first=True)`` of the same sizes with one shared embedding
+  table (x sqrt(d)), the same sinusoidal table, and the output projection tied to the embedding.
+  Its attention dropout and FFN activation dropout are set to 0, as ours (``nn.Transformer`` has
+  one ``dropout`` for all three); its final encoder/decoder LayerNorms stay (nn.Transformer has them);
+* each with its own Adam (lr 1e-4, betas 0.9/0.98, eps 1e-9), label-smoothed (0.1) cross-entropy
+  summed over real target tokens / their count, gradient-norm clipping at 1.0 (as training);
+* fp32, and bf16 autocast (``torch.autocast("cpu", torch.bfloat16)`` around forward and loss, as
+  Lightning's ``bf16-mixed``).
+
+Batches: random token ids in the shapes of real Multi30k de-en batches: the training split's
+subword lengths (SentencePiece model of a Multi30k run, or of the data cache), sorted by length
+and cut into batches of about 2,500 target tokens (the training sampler's bucketing), of which
+``--batches`` spread over the length range are used in turn. Without a SentencePiece model, lengths
+are drawn from a normal distribution (mean 14, sd 4) and the script says so.
+
+Figures: median target tokens/s per configuration (real target tokens, not padding, per
+optimizer step), ratios, and achieved model FLOP/s as a fraction of this CPU's measured matmul
+peak at the same thread count (FLOPs counted analytically from the padded shapes: every matmul of
+forward + backward = 3x forward; the same formula for both models).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import multiprocessing as mp
+import random
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import Tensor, nn  # noqa: E402
+
+from bench.common import (  # noqa: E402
+    MULTI30K_DIR,
+    environment,
+    find_spm_model,
+    matmul_peak,
+    median,
+    print_config,
+    print_table,
+    read_gz_lines,
+    set_threads,
+    write_json,
+)
+from transformer import Transformer, TransformerConfig  # noqa: E402
+from transformer.embeddings import sinusoidal_table  # noqa: E402
+
+PAD, BOS, EOS = 0, 2, 3
+
+
+@dataclass
+class Sizes:
+    vocab: int = 8000
+    d_model: int = 256
+    n_heads: int = 4
+    layers: int = 3
+    d_ff: int = 1024
+    dropout: float = 0.1
+    max_positions: int = 512
+
+
+class TorchTransformer(nn.Module):
+    """``torch.nn.Transformer`` with a shared embedding, our sinusoidal table and a tied output layer."""
+
+    def __init__(self, s: Sizes) -> None:
+        super().__init__()
+        self.d_model = s.d_model
+        self.embed = nn.Embedding(s.vocab, s.d_model, padding_idx=PAD)
+        nn.init.normal_(self.embed.weight, std=s.d_model**-0.5)
+        self.register_buffer("pe", sinusoidal_table(s.max_positions, s.d_model), persistent=False)
+        self.dropout = nn.Dropout(s.dropout)
+        self.transformer = nn.Transformer(
+            s.d_model, s.n_heads, s.layers, s.layers, s.d_ff, s.dropout, batch_first=True
+        )
+        # Same regularisation as ours: dropout on sub-layer outputs only.
+        for layer in [*self.transformer.encoder.layers, *self.transformer.decoder.layers]:
+            layer.dropout.p = 0.0  # after the FFN activation
+            layer.self_attn.dropout = 0.0  # on attention weights
+            if hasattr(layer, "multihead_attn"):
+                layer.multihead_attn.dropout = 0.0
+
+    def _embed(self, ids: Tensor) -> Tensor:
+        return self.dropout(self.embed(ids) * math.sqrt(self.d_model) + self.pe[: ids.size(1)])
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """src [B, S], tgt_in [B, T] -> logits [B, T, V]."""
+        src_pad = src == PAD  # True = ignore (nn.Transformer's convention)
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1), dtype=torch.float32)
+        y = self.transformer(
+            self._embed(src),
+            self._embed(tgt_in),
+            tgt_mask=causal,
+            src_key_padding_mask=src_pad,
+            memory_key_padding_mask=src_pad,
+            tgt_is_causal=True,
+        )
+        return F.linear(y, self.embed.weight)
+
+
+def build_ours(s: Sizes) -> Transformer:
+    cfg = TransformerConfig(
+        s.vocab,
+        s.vocab,
+        d_model=s.d_model,
+        n_heads=s.n_heads,
+        n_encoder_layers=s.layers,
+        n_decoder_layers=s.layers,
+        d_ff=s.d_ff,
+        dropout=s.dropout,
+        max_positions=s.max_positions,
+        share_embeddings=True,
+        tie_output=True,
+    )
+    return Transformer(cfg)
+
+
+# ----------------------------------------------------------------------------- batches
+
+
+def multi30k_length_pairs() -> tuple[list[tuple[int, int]], str]:
+    """(source length incl. EOS, target length incl. BOS/EOS shift) of each training pair."""
+    spm_path = find_spm_model()
+    src_file, tgt_file = MULTI30K_DIR / "train.de.gz", MULTI30K_DIR / "train.en.gz"
+    if spm_path is None or not src_file.exists():
+        return [], "synthetic: normal(mean 14, sd 4) lengths (no SentencePiece model or Multi30k found)"
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(spm_path))
+    src = sp.encode(read_gz_lines(src_file))
+    tgt = sp.encode(read_gz_lines(tgt_file))
+    pairs = [(len(a) + 1, len(b) + 1) for a, b in zip(src, tgt, strict=True)]
+    return pairs, f"Multi30k train de-en subword lengths ({spm_path})"
+
+
+def make_batches(n_batches: int, target_tokens: int, vocab: int, seed: int) -> tuple[list[dict], str]:
+    """``n_batches`` batches of random ids, ~``target_tokens`` real target tokens each."""
+    rng = random.Random(seed)
+    pairs, source = multi30k_length_pairs()
+    if not pairs:
+        pairs = []
+        for _ in range(29000):
+            t = max(3, round(rng.gauss(14, 4)))
+            pairs.append((max(3, t + rng.randint(-2, 2)), t))
+    rng.shuffle(pairs)
+    pairs.sort(key=lambda p: (max(p), p[0], p[1]))  # the training sampler's order
+    cut: list[list[tuple[int, int]]] = [[]]
+    tokens = 0
+    for p in pairs:
+        if tokens + p[1] > target_tokens and cut[-1]:
+            cut.append([])
+            tokens = 0
+        cut[-1].append(p)
+        tokens += p[1]
+    # Spread over the length range: short, typical and long batches in the corpus' proportions.
+    step = len(cut) / n_batches
+    chosen = [cut[int(i * step + step / 2)] for i in range(n_batches)]
+    g = torch.Generator().manual_seed(seed)
+    batches = []
+    for lengths in chosen:
+        b = len(lengths)
+        S, T = max(p[0] for p in lengths), max(p[1] for p in lengths)
+        src = torch.full((b, S), PAD, dtype=torch.long)
+        tgt = torch.full((b, T + 1), PAD, dtype=torch.long)  # BOS + tokens + EOS
+        for i, (ls, lt) in enumerate(lengths):
+            src[i, : ls - 1] = torch.randint(4, vocab, (ls - 1,), generator=g)
+            src[i, ls - 1] = EOS
+            tgt[i, 0] = BOS
+            tgt[i, 1:lt] = torch.randint(4, vocab, (lt - 1,), generator=g)
+            tgt[i, lt] = EOS
+        tgt_out = tgt[:, 1:]
+        batches.append(
+            {
+                "src": src,
+                "tgt_in": tgt[:, :-1].masked_fill(tgt_out == PAD, PAD),
+                "tgt_out": tgt_out,
+                "tokens": int((tgt_out != PAD).sum()),
+                "padded": (b, S, T),
+            }
+        )
+    return batches, source
+
+
+def forward_flops(s: Sizes, b: int, src_len: int, tgt_len: int) -> float:
+    """Matmul FLOPs of one forward pass on padded [b, src_len] / [b, tgt_len] (2 per multiply-add)."""
+    d, f, S, T = s.d_model, s.d_ff, src_len, tgt_len
+    enc = s.layers * (2 * b * S * (4 * d * d + 2 * d * f) + 4 * b * S * S * d)
+    dec = s.layers * (
+        2 * b * T * (4 * d * d)
+        + 4 * b * T * T * d  # self-attention
+        + 2 * b * T * (2 * d * d)
+        + 2 * b * S * (2 * d * d)
+        + 4 * b * T * S * d  # cross-attention
+        + 2 * b * T * (2 * d * f)  # feed-forward
+    )
+    return enc + dec + 2 * b * T * d * s.vocab  # output projection
+
+
+# ----------------------------------------------------------------------------- stepping
+
+
+class Runner:
+    """One model, its optimizer and its numerics; ``step(batch)`` is one training step."""
+
+    def __init__(self, name: str, model: nn.Module, bf16: bool) -> None:
+        self.name, self.model, self.bf16 = name, model.train(), bf16
+        self.opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+        self.times: list[float] = []
+        self.tok_s: list[float] = []
+        self.losses: list[float] = []
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} {'bf16' if self.bf16 else 'fp32'}"
+
+    def step(self, batch: dict) -> float:
+        start = time.perf_counter()
+        self.opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+            logits = self.model(batch["src"], batch["tgt_in"])
+            loss = (
+                F.cross_entropy(
+                    logits.float().transpose(1, 2),
+                    batch["tgt_out"],
+                    ignore_index=PAD,
+                    label_smoothing=0.1,
+                    reduction="sum",
+                )
+                / batch["tokens"]
+            )
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+        elapsed = time.perf_counter() - start
+        self.losses.append(float(loss.detach()))
+        return elapsed
+
+
+def build_runners(s: Sizes, which: list[str], precisions: list[str], seed: int) -> list[Runner]:
+    runners = []
+    for precision in precisions:
+        for name in which:
+            torch.manual_seed(seed)
+            model = build_ours(s) if name == "ours" else TorchTransformer(s)
+            runners.append(Runner(name, model, precision == "bf16"))
+    return runners
+
+
+def run_rounds(runners: list[Runner], batches: list[dict], rounds: int, warmup: int) -> None:
+    for r in range(warmup + rounds):
+        batch = batches[r % len(batches)]
+        order = runners[r % len(runners) :] + runners[: r % len(runners)]
+        for runner in order:
+            elapsed = runner.step(batch)
+            if r >= warmup:
+                runner.times.append(elapsed)
+                runner.tok_s.append(batch["tokens"] / elapsed)
+
+
+def _worker(rank: int, args: argparse.Namespace, barrier, queue) -> None:  # noqa: ANN001
+    set_threads(1)
+    s = Sizes()
+    batches, _ = make_batches(args.batches, args.target_tokens, s.vocab, args.seed + rank)
+    runners = build_runners(s, ["ours", "torch"], args.precisions, args.seed)
+    run_rounds(runners, batches, 1, 1)  # warm-up before the clock starts
+    for r in runners:
+        r.times, r.tok_s = [], []
+    barrier.wait()
+    run_rounds(runners, batches, args.worker_rounds, 0)
+    queue.put((rank, {r.label: median(r.tok_s) for r in runners}))
+
+
+def two_workers(args: argparse.Namespace) -> dict[str, float]:
+    """Two single-thread processes training at once (no gradient exchange): summed tokens/s."""
+    ctx = mp.get_context("spawn")
+    barrier, queue = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(rank, args, barrier, queue)) for rank in range(2)]
+    for p in procs:
+        p.start()
+    results = dict(queue.get() for _ in procs)
+    for p in procs:
+        p.join()
+    return {label: results[0][label] + results[1][label] for label in results[0]}
+
+
+def profile(runners: list[Runner], batch: dict) -> None:
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    for runner in runners:
+        runner.step(batch)
+        with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+            runner.step(batch)
+        print(f"== profile: {runner.label}, one step, batch {batch['padded']}")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=18))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--threads", type=int, default=2, help="torch threads (default 2: this machine's cores)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=20, help="timed rounds (each: every configuration once)"
+    )
+    parser.add_argument("--warmup", type=int, default=3, help="untimed rounds first")
+    parser.add_argument("--batches", type=int, default=10, help="distinct batches, used in turn")
+    parser.add_argument("--target-tokens", type=int, default=2500, help="real target tokens per batch")
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    parser.add_argument("--workers", type=int, default=0, choices=[0, 2], help="2: also two 1-thread workers")
+    parser.add_argument("--worker-rounds", type=int, default=8, help="timed rounds per worker")
+    parser.add_argument("--profile", action="store_true", help="print a torch.profiler table per config")
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--tiny", action="store_true", help="smoke test: tiny model and batches")
+    args = parser.parse_args()
+
+    set_threads(args.threads)
+    s = Sizes(d_model=32, n_heads=2, layers=1, d_ff=64, vocab=500) if args.tiny else Sizes()
+    batches, length_source = make_batches(args.batches, args.target_tokens, s.vocab, args.seed)
+    runners = build_runners(s, ["ours", "torch"], args.precisions, args.seed)
+    n_params = {r.name: sum(p.numel() for p in r.model.parameters()) for r in runners}
+
+    peaks = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
+    config = {
+        **environment(args.threads),
+        "model": f"{s} (ours {n_params['ours']:,} parameters, nn.Transformer {n_params['torch']:,})",
+        "batches": f"{len(batches)} of ~{args.target_tokens} real target tokens; {length_source}",
+        "batch shapes (b, S, T)": " ".join(str(b["padded"]) for b in batches),
+        "target tokens per batch": " ".join(str(b["tokens"]) for b in batches),
+        "optimizer": "Adam lr 1e-4 betas (0.9, 0.98) eps 1e-9; label smoothing 0.1; clip 1.0",
+        "rounds": f"{args.rounds} timed after {args.warmup} warm-up, round-robin, order rotated",
+        "matmul peak fp32 (2048^3)": f"{peaks['fp32'] / 1e9:.1f} GFLOP/s",
+        "matmul peak bf16 (2048^3)": f"{peaks['bf16'] / 1e9:.1f} GFLOP/s",
+    }
+    print_config("training speed: ours vs torch.nn.Transformer", config)
+    if args.profile:
+        profile(runners, batches[len(batches) // 2])
+        return
+
+    run_rounds(runners, batches, args.rounds, args.warmup)
+
+    by_label = {r.label: r for r in runners}
+    rows, results = [], {}
+    for r in runners:
+        precision = "bf16" if r.bf16 else "fp32"
+        flops = [3 * forward_flops(s, *b["padded"]) for b in batches]
+        # Median FLOP/s over the timed steps: step i used batch (warmup + i) % len(batches).
+        flop_s = median([flops[(args.warmup + i) % len(batches)] / t for i, t in enumerate(r.times)])
+        tok_s = median(r.tok_s)
+        vs_torch_fp32 = tok_s / median(by_label["torch fp32"].tok_s) if "torch fp32" in by_label else math.nan
+        same = by_label.get(f"torch {precision}")
+        vs_same = tok_s / median(same.tok_s) if same is not None else math.nan
+        spread = (min(r.tok_s), max(r.tok_s))
+        rows.append(
+            [
+                r.label,
+                tok_s,
+                f"{spread[0]:,.0f}-{spread[1]:,.0f}",
+                vs_same,
+                vs_torch_fp32,
+                flop_s / 1e9,
+                flop_s / peaks[precision],
+                r.losses[-1],
+            ]
+        )
+        results[r.label] = {
+            "tokens_per_s_median": tok_s,
+            "tokens_per_s_min_max": spread,
+            "ratio_vs_torch_same_precision": vs_same,
+            "ratio_vs_torch_fp32": vs_torch_fp32,
+            "model_gflop_s": flop_s / 1e9,
+            "fraction_of_matmul_peak": flop_s / peaks[precision],
+            "last_loss": r.losses[-1],
+        }
+    print_table(
+        [
+            "config",
+            "tok/s (median)",
+            "min-max",
+            "vs torch same prec.",
+            "vs torch fp32",
+            "model GFLOP/s",
+            "of matmul peak",
+            "last loss",
+        ],
+        rows,
+    )
+    print("targets: ours fp32 >= 1.0x torch fp32; ours bf16 >= 1.5x torch fp32")
+    if args.workers == 2:
+        summed = two_workers(args)
+        print(f"== two single-thread workers at once ({args.worker_rounds} rounds each), summed tok/s")
+        print_table(
+            ["config", "2 x 1 thread tok/s", f"1 x {args.threads} threads tok/s", "ratio"],
+            [
+                [k, v, results[k]["tokens_per_s_median"], v / results[k]["tokens_per_s_median"]]
+                for k, v in summed.items()
+            ],
+        )
+        results["two_single_thread_workers"] = summed
+    if not args.tiny:
+        write_json("train_speed", {"config": config, "results": results})
+
+
+if __name__ == "__main__":
+    main()
