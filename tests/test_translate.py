@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 import translate
-from tests.training.toy_spm import LEXICON, toy_pairs, train_word_spm, translate_words
+from tests.toy_text import LEXICON, toy_pairs, train_word_spm, translate_words
 from training.checkpoint import inference_fields, load_translator, write_checkpoint
 from training.translator import SearchOptions
 from transformer import Transformer, TransformerConfig

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.data.parallel_text import make_pairs, write_split
+from tests.toy_text import make_pairs, write_split
 
 
 @pytest.fixture

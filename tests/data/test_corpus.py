@@ -20,7 +20,7 @@ from data.corpus import (
     normalize_columns,
     read_lines,
 )
-from tests.data.parallel_text import make_pairs, write_split
+from tests.toy_text import make_pairs, write_split
 
 # Characters that str.splitlines() or universal newlines treat as line breaks.
 HOSTILE = ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]

@@ -23,7 +23,7 @@ from data.tokenizer import (
     train_or_load_tokenizers,
     train_sentencepiece,
 )
-from tests.data.parallel_text import make_pairs
+from tests.toy_text import make_pairs
 
 VOCAB = 40  # small enough for one side of the toy lexicon with the unigram model
 

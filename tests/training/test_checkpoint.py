@@ -9,7 +9,7 @@ import pytest
 import sentencepiece as spm
 import torch
 
-from tests.training.toy_spm import LEXICON, train_word_spm
+from tests.toy_text import LEXICON, train_word_spm
 from tests.transformer.helpers import tiny_model
 from training.checkpoint import (
     CheckpointError,

@@ -13,7 +13,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
-from tests.training.toy_corpus import write_toy_corpus
+from tests.toy_text import write_toy_corpus
 from training.pipeline import train
 from transformer import TransformerConfig
 
@@ -30,7 +30,7 @@ def toy_overrides(corpus: Path, cache: Path, runs: Path) -> list[str]:
         "model=tiny",
         f"data.data_dir={corpus}",
         "data.test_split=test",
-        "data.vocab_size=48",
+        "data.vocab_size=64",
         "data.max_tokens=512",
         f"data.cache_dir={cache}",
         f"paths.runs_dir={runs}",
@@ -104,7 +104,7 @@ def trained_run(toy, tmp_path_factory):
 
 def test_training_learns_the_toy_task_and_writes_the_run(trained_run):
     out, results = trained_run
-    assert results["test/bleu"] > 60, results
+    assert results["test/bleu"] > 40, results  # untrained: ~2
     assert json.loads((out / "results.json").read_text())["test/bleu"] == pytest.approx(results["test/bleu"])
     hyps = (out / "test.en.hyp").read_text(encoding="utf-8").split("\n")[:-1]
     assert len(hyps) == 24

@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from tests.training.toy_spm import LEXICON, toy_pairs, train_word_spm
+from tests.toy_text import LEXICON, toy_pairs, train_word_spm
 from tests.transformer.helpers import tiny_model
 from training.translator import (
     LINE_BREAKS,
