@@ -25,8 +25,9 @@ Workloads:
   ``min_decoding_length=max_decoding_length=30``. The script checks every output has 30 tokens.
 * ``flickr``: a trained checkpoint (default: the newest ``runs/multi30k_de_en/*/checkpoints/
   averaged.ckpt``) on test_2016_flickr (1,000 sentences) sorted by source length, batches of 32,
-  natural lengths: ours ``max_len_a=1.5, max_len_b=10`` per sentence; HF ``max_new_tokens`` and
-  CT2 ``max_decoding_length`` = 1.5 x the batch's longest source + 10. Beam 5 with each system's
+  natural lengths (until EOS), at most 1.5 x the batch's longest source + 10 tokens in every
+  system (ours ``max_len_a=0, max_len_b=<that>``, HF ``max_new_tokens``, CT2
+  ``max_decoding_length``). Greedy outputs are compared with ours. Beam 5 with each system's
   length-penalty knob at 0.6 (ours: GNMT ((5+|y|)/6)^0.6; HF and CT2: their own formulas), HF with
   ``early_stopping=True``. Output lengths differ a little, so the table gives tokens/s too.
 
@@ -108,21 +109,23 @@ def make_systems(
     ct2 = ctranslate2.Translator(
         str(ct2_dir), device="cpu", compute_type="float32", intra_threads=threads, inter_threads=1
     )
-    a, b = (0.0, forced) if forced else (1.5, 10)
+
+    def limit(batch: Batch) -> int:
+        """Most output tokens of every sentence in the batch, the same in every system."""
+        return forced if forced else math.floor(1.5 * batch.width + 10)
 
     def ours_fn(m: Transformer, use_cache: bool = True, bf16: bool = False) -> Callable:
         def run(batch: Batch, beam: int) -> list[list[int]]:
             ban = banned_token(m, EOS) if forced else _Nothing()
             with ban, torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                 if beam == 1:
-                    return greedy_search(m, batch.src, BOS, EOS, a, b, use_cache=use_cache)
-                hyps = beam_search(m, batch.src, BOS, EOS, beam, 1, ALPHA, a, b, use_cache=use_cache)
+                    return greedy_search(m, batch.src, BOS, EOS, 0.0, limit(batch), use_cache=use_cache)
+                hyps = beam_search(
+                    m, batch.src, BOS, EOS, beam, 1, ALPHA, 0.0, limit(batch), use_cache=use_cache
+                )
                 return [h[0].tokens for h in hyps]
 
         return run
-
-    def limit(batch: Batch) -> int:
-        return forced if forced else math.floor(1.5 * batch.width + 10)
 
     @torch.no_grad()
     def hf_run(batch: Batch, beam: int) -> list[list[int]]:
@@ -174,7 +177,7 @@ def run_workload(
     slow_reps: int,
 ) -> dict[str, dict]:
     """Interleaved repetitions; per system: median seconds, outputs of the last repetition."""
-    names = list(systems)
+    names = [n for n in systems if n != "ours uncached" or slow_reps > 0]
     times: dict[str, list[float]] = {n: [] for n in names}
     outputs: dict[str, list[list[int]]] = {}
     # Warm-up (lazy inits, oneDNN kernel choice, torch.compile): one batch each, untimed.
@@ -246,10 +249,16 @@ def summarise(
     return rows, out
 
 
-def agreement(res: dict[str, dict], reference: str = "ours") -> dict[str, float]:
+def agreement(res: dict[str, dict], limits: list[int], reference: str = "ours") -> dict[str, float]:
+    """Share of sentences whose output equals ours in the first ``limit - 1`` tokens.
+
+    Cut at limit - 1: at the limit, ours stops without EOS while HF counts EOS in
+    ``max_new_tokens``, so the last token may legitimately differ.
+    """
     ref = res[reference]["outputs"]
     return {
-        name: sum(a == b for a, b in zip(ref, r["outputs"], strict=True)) / len(ref)
+        name: sum(a[: n - 1] == b[: n - 1] for a, b, n in zip(ref, r["outputs"], limits, strict=True))
+        / len(ref)
         for name, r in res.items()
         if name != reference
     }
@@ -282,16 +291,18 @@ def random_sources(n: int, length: int, vocab: int, seed: int) -> list[list[int]
     return [row + [EOS] for row in body.tolist()]
 
 
-def flickr_sources(translator) -> tuple[list[list[int]], list[int], list[str]]:  # noqa: ANN001
+def flickr_sources(translator, limit: int = 0) -> tuple[list[list[int]], list[int], list[str]]:  # noqa: ANN001
     """Test sources (ids + EOS) sorted by length, their original indices and the references."""
     texts = read_gz_lines(MULTI30K_DIR / "test_2016_flickr.de.gz")
     refs = read_gz_lines(MULTI30K_DIR / "test_2016_flickr.en.gz")
+    if limit:
+        texts, refs = texts[:limit], refs[:limit]
     ids = translator.encode_sources(texts)
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     return [ids[i] + [EOS] for i in order], order, [refs[i] for i in order]
 
 
-def memory_child(checkpoint: str, threads: int, beam: int) -> None:
+def memory_child(checkpoint: str, threads: int, beam: int, limit: int = 0) -> None:
     """Child process: peak resident memory of Translator.translate on the test set (JSON on stdout)."""
     set_threads(threads)
     from training.checkpoint import load_translator
@@ -299,7 +310,7 @@ def memory_child(checkpoint: str, threads: int, beam: int) -> None:
 
     base = rss_mib()
     translator = load_translator(checkpoint)
-    texts = read_gz_lines(MULTI30K_DIR / "test_2016_flickr.de.gz")
+    texts = read_gz_lines(MULTI30K_DIR / "test_2016_flickr.de.gz")[: limit or None]
     translator.translate(texts[:32], SearchOptions(beam_size=beam))  # warm-up
     loaded = rss_mib()
     reset = reset_peak_rss()
@@ -346,6 +357,7 @@ def main() -> None:
     parser.add_argument("--sources", type=int, default=200, help="random workload: sentences")
     parser.add_argument("--src-len", type=int, default=20, help="random workload: tokens incl. EOS")
     parser.add_argument("--out-len", type=int, default=30, help="random workload: forced output tokens")
+    parser.add_argument("--flickr-sentences", type=int, default=0, help="first N test sentences (0: all)")
     parser.add_argument("--checkpoint", default=None, help="flickr workload (default: newest de-en averaged)")
     parser.add_argument("--bf16", action="store_true", help="also ours with bf16 autocast")
     parser.add_argument("--compile", action="store_true", help="also ours with torch.compile'd decoder")
@@ -353,9 +365,10 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--json", default="decode_speed", help="results file: bench/results/<name>.json")
     args = parser.parse_args()
     if args.memory_child:
-        memory_child(args.memory_child, args.threads, 5)
+        memory_child(args.memory_child, args.threads, 5, args.flickr_sentences)
         return
 
     set_threads(args.threads)
@@ -408,7 +421,7 @@ def main() -> None:
             results["config"]["checkpoint"] = str(ckpt)
             translator = load_translator(ckpt)
             model = translator.model
-            sources, _, refs = flickr_sources(translator)
+            sources, _, refs = flickr_sources(translator, args.flickr_sentences)
             to_ctranslate2(model, tmp / "trained")
             systems = make_systems(model, tmp / "trained", args.threads, None, extra)
             batches = batches_of(sources, args.batch_size)
@@ -416,7 +429,8 @@ def main() -> None:
                 print(f"flickr workload, beam {beam}:", flush=True)
                 res = run_workload(systems, batches, beam, args.reps, args.slow_reps)
                 r, s = summarise("flickr", beam, res, len(sources), None)
-                same = agreement(res)
+                limits = [math.floor(1.5 * b.width + 10) for b in batches for _ in range(b.n)]
+                same = agreement(res, limits)
                 for name, row in zip(res, r, strict=True):
                     hyps = translator.tgt_tokenizer.decode(res[name]["outputs"])
                     bleu = BLEU().corpus_score(hyps, [refs]).score
@@ -427,7 +441,16 @@ def main() -> None:
                 results[f"flickr beam {beam}"] = s
             if not args.no_memory:
                 child = subprocess.run(
-                    [sys.executable, __file__, "--memory-child", str(ckpt), "--threads", str(args.threads)],
+                    [
+                        sys.executable,
+                        __file__,
+                        "--memory-child",
+                        str(ckpt),
+                        "--threads",
+                        str(args.threads),
+                        "--flickr-sentences",
+                        str(args.flickr_sentences),
+                    ],
                     capture_output=True,
                     text=True,
                     check=True,
@@ -442,7 +465,7 @@ def main() -> None:
         rows = [r + ["", ""] if len(r) == 8 else r for r in rows]
     print_table(headers, rows)
     print("targets: ours beam 5 >= 1.6x HF generate, >= 1.2x CT2 fp32; ours >= 7x ours uncached")
-    write_json("decode_speed", results)
+    write_json(args.json, results)
 
 
 if __name__ == "__main__":

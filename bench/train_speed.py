@@ -273,24 +273,22 @@ def run_rounds(runners: list[Runner], batches: list[dict], rounds: int, warmup: 
                 runner.tok_s.append(batch["tokens"] / elapsed)
 
 
-def _worker(rank: int, args: argparse.Namespace, barrier, queue) -> None:  # noqa: ANN001
+def _worker(rank: int, s: Sizes, batches: list[dict], args: argparse.Namespace, barrier, queue) -> None:  # noqa: ANN001
     set_threads(1)
-    s = Sizes()
-    batches, _ = make_batches(args.batches, args.target_tokens, s.vocab, args.seed + rank)
     runners = build_runners(s, ["ours", "torch"], args.precisions, args.seed)
     run_rounds(runners, batches, 1, 1)  # warm-up before the clock starts
     for r in runners:
         r.times, r.tok_s = [], []
     barrier.wait()
-    run_rounds(runners, batches, args.worker_rounds, 0)
+    run_rounds(runners, batches[rank:] + batches[:rank], args.worker_rounds, 0)
     queue.put((rank, {r.label: median(r.tok_s) for r in runners}))
 
 
-def two_workers(args: argparse.Namespace) -> dict[str, float]:
+def two_workers(s: Sizes, batches: list[dict], args: argparse.Namespace) -> dict[str, float]:
     """Two single-thread processes training at once (no gradient exchange): summed tokens/s."""
     ctx = mp.get_context("spawn")
     barrier, queue = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(rank, args, barrier, queue)) for rank in range(2)]
+    procs = [ctx.Process(target=_worker, args=(rank, s, batches, args, barrier, queue)) for rank in range(2)]
     for p in procs:
         p.start()
     results = dict(queue.get() for _ in procs)
@@ -329,6 +327,7 @@ def main() -> None:
     parser.add_argument("--worker-rounds", type=int, default=8, help="timed rounds per worker")
     parser.add_argument("--profile", action="store_true", help="print a torch.profiler table per config")
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--json", default="train_speed", help="results file: bench/results/<name>.json")
     parser.add_argument("--tiny", action="store_true", help="smoke test: tiny model and batches")
     args = parser.parse_args()
 
@@ -405,7 +404,7 @@ def main() -> None:
     )
     print("targets: ours fp32 >= 1.0x torch fp32; ours bf16 >= 1.5x torch fp32")
     if args.workers == 2:
-        summed = two_workers(args)
+        summed = two_workers(s, batches, args)
         print(f"== two single-thread workers at once ({args.worker_rounds} rounds each), summed tok/s")
         print_table(
             ["config", "2 x 1 thread tok/s", f"1 x {args.threads} threads tok/s", "ratio"],
@@ -416,7 +415,7 @@ def main() -> None:
         )
         results["two_single_thread_workers"] = summed
     if not args.tiny:
-        write_json("train_speed", {"config": config, "results": results})
+        write_json(args.json, {"config": config, "results": results})
 
 
 if __name__ == "__main__":
