@@ -1,27 +1,46 @@
 #!/usr/bin/env bash
 # Every benchmark of BENCHMARKS.md, in order of importance, each log under bench/results/.
-#   bash bench/run_all.sh            # waits until no Multi30k training has run for 90 s, then measures
+#   bash bench/run_all.sh            # waits until no Multi30k training has run for 2 minutes, then measures
 # Timings need the whole machine: the script waits for `train.py experiment=multi30k*` to be gone
-# (and to stay gone for 90 s, so that the gap between two training runs is not mistaken for the end).
+# (and to stay gone for 2 minutes, so that the gap between two training runs is not mistaken for the
+# end). A benchmark during which such a training starts is stopped at once (its timings would be
+# wrong and it would slow the training) and run again once the machine is quiet.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p bench/results
+QUIET_S=${QUIET_S:-120}
+
+training() { pgrep -f "train.py experiment=multi30k" >/dev/null; }
 
 wait_for_quiet() {
   local quiet=0
-  while [ "$quiet" -lt 90 ]; do
-    if pgrep -f "train.py experiment=multi30k" >/dev/null; then quiet=0; else quiet=$((quiet + 10)); fi
+  while [ "$quiet" -lt "$QUIET_S" ]; do
+    if training; then quiet=0; else quiet=$((quiet + 10)); fi
     sleep 10
   done
 }
 
-step() {  # step NAME COMMAND...: run one benchmark after the machine is quiet, log it
+step() {  # step NAME COMMAND...: run one benchmark on a quiet machine, log it
   local name=$1
   shift
-  wait_for_quiet
-  echo "== $(date +%T) $name: $*"
-  "$@" >"bench/results/$name.log" 2>&1
-  echo "   $(date +%T) exit $? -> bench/results/$name.log"
+  while true; do
+    wait_for_quiet
+    echo "== $(date +%T) $name: $*"
+    setsid "$@" >"bench/results/$name.log" 2>&1 &
+    local pid=$!
+    while kill -0 "$pid" 2>/dev/null; do
+      if training; then
+        kill -- "-$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+        echo "   $(date +%T) training started: $name stopped, will run again"
+        continue 2
+      fi
+      sleep 5
+    done
+    wait "$pid"
+    echo "   $(date +%T) exit $? -> bench/results/$name.log"
+    return
+  done
 }
 
 step train_speed python3 bench/train_speed.py
