@@ -20,9 +20,12 @@ import os
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import datasets
 import sentencepiece as spm
+
+if TYPE_CHECKING:  # imported lazily: translate.py uses this module and should start fast
+    import datasets
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +33,9 @@ PAD_ID = 0
 UNK_ID = 1
 BOS_ID = 2
 EOS_ID = 3
-SPECIAL_IDS: frozenset[int] = frozenset({PAD_ID, BOS_ID, EOS_ID})
+# By name, as SentencePiece's trainer options and checkpoints spell them; the model agrees.
+SPECIAL_IDS: dict[str, int] = {"pad_id": PAD_ID, "unk_id": UNK_ID, "bos_id": BOS_ID, "eos_id": EOS_ID}
+_NOT_DECODED = frozenset({PAD_ID, BOS_ID, EOS_ID})
 
 # Bump when the training call or the tokenized layout changes, so old cache entries are not reused.
 _CACHE_VERSION = "1"
@@ -49,13 +54,19 @@ class SubwordTokenizer:
         num_threads: threads used by :meth:`encode` on lists of texts.
 
     Raises:
-        ValueError: the model's pad / unk / bos / eos ids are not 0 / 1 / 2 / 3.
+        ValueError: the bytes are not a SentencePiece model, or its pad / unk / bos / eos ids
+            are not 0 / 1 / 2 / 3.
     """
 
     def __init__(self, model_proto: bytes, num_threads: int = 1) -> None:
         self.model_proto = model_proto
         self.num_threads = num_threads
-        self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        self.sp = spm.SentencePieceProcessor()
+        try:
+            self.sp.LoadFromSerializedProto(model_proto)
+        except (RuntimeError, OSError, TypeError) as err:
+            first_line = (str(err).splitlines() or [type(err).__name__])[0]
+            raise ValueError(f"not a SentencePiece model ({first_line})") from None
         found = (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id())
         if found != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
             raise ValueError(
@@ -93,12 +104,16 @@ class SubwordTokenizer:
         Returns:
             ``batch`` strings.
         """
-        clean = [[int(i) for i in seq if int(i) not in SPECIAL_IDS] for seq in ids]
+        clean = [[int(i) for i in seq if int(i) not in _NOT_DECODED] for seq in ids]
         return self.sp.decode(clean)
 
     def pieces(self, text: str) -> list[str]:
         """The subword strings of one text (``"▁"`` marks a preceding space), e.g. for plots."""
         return self.sp.encode(text, out_type=str)
+
+    def id_to_piece(self, ids: Sequence[int]) -> list[str]:
+        """The subword strings of ``ids`` (``"▁"`` marks a preceding space), e.g. for plots."""
+        return [self.sp.id_to_piece(int(i)) for i in ids]
 
     def save(self, path: str | Path) -> Path:
         """Write the model to ``path`` (a ``.model`` file) and a readable ``.vocab`` beside it.
@@ -339,6 +354,7 @@ def tokenize_split(
         ``src_len`` (``len(src_ids)``, the padded source width it needs) and ``tgt_len``
         (``len(tgt_ids) + 1``, the width of the decoder input and target).
     """
+    import datasets  # noqa: F811 (lazy: see the module's imports)
 
     def encode(batch: dict) -> dict:
         src = [ids + [EOS_ID] for ids in src_tokenizer.encode(batch["src"])]

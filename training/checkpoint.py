@@ -28,11 +28,11 @@ from typing import Any
 
 import torch
 
-from training.translator import SentencePieceTokenizer, Translator, resolve_device
+from data.tokenizer import SPECIAL_IDS, SubwordTokenizer
+from training.translator import Translator, resolve_device
 from transformer import Transformer, TransformerConfig
 
 FORMAT_VERSION = 1
-SPECIAL_IDS = {"pad_id": 0, "unk_id": 1, "bos_id": 2, "eos_id": 3}
 MODEL_PREFIX = "model."
 
 SpmModel = bytes | str | os.PathLike
@@ -63,7 +63,6 @@ def inference_fields(
     Raises:
         ValueError: a model is not a SentencePiece model or lacks the special ids 0/1/2/3.
     """
-    ids = tuple(SPECIAL_IDS.values())
     src = _spm_bytes(src_spm)
     tgt = None if tgt_spm is None else _spm_bytes(tgt_spm)
     if tgt == src:
@@ -71,7 +70,7 @@ def inference_fields(
     for side, proto in (("source", src), ("target", tgt)):
         if proto is not None:
             try:
-                SentencePieceTokenizer(proto, ids)
+                SubwordTokenizer(proto)
             except ValueError as err:
                 raise ValueError(f"{side} tokenizer: {err}") from None
     return {
@@ -168,12 +167,14 @@ def _config(path: Path, checkpoint: dict[str, Any]) -> TransformerConfig:
         raise CheckpointError(f"{path}: invalid model configuration ({err})") from None
 
 
-def _tokenizers(path: Path, nmt: dict[str, Any]) -> tuple[SentencePieceTokenizer, SentencePieceTokenizer]:
+def _tokenizers(path: Path, nmt: dict[str, Any]) -> tuple[SubwordTokenizer, SubwordTokenizer]:
     try:
         ids = tuple(int(nmt[k]) for k in SPECIAL_IDS)
         protos = {"source": nmt["src_spm"], "target": nmt["tgt_spm"]}
     except (KeyError, TypeError, ValueError) as err:
         raise CheckpointError(f"{path}: incomplete 'nmt' entry ({type(err).__name__}: {err})") from None
+    if ids != tuple(SPECIAL_IDS.values()):
+        raise CheckpointError(f"{path}: special ids {ids}, expected {tuple(SPECIAL_IDS.values())}")
     tokenizers = {}
     for side, proto in protos.items():
         if proto is None and side == "target":
@@ -182,7 +183,7 @@ def _tokenizers(path: Path, nmt: dict[str, Any]) -> tuple[SentencePieceTokenizer
         if not isinstance(proto, bytes):
             raise CheckpointError(f"{path}: the {side} tokenizer is a {type(proto).__name__}, not bytes")
         try:
-            tokenizers[side] = SentencePieceTokenizer(proto, ids)
+            tokenizers[side] = SubwordTokenizer(proto)
         except ValueError as err:
             raise CheckpointError(f"{path}: {side} tokenizer: {err}") from None
     return tokenizers["source"], tokenizers["target"]

@@ -17,6 +17,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
+from data.tokenizer import SPECIAL_IDS
 from training.metrics import CorpusScores, corpus_scores
 from training.schedule import inverse_sqrt_factor
 from transformer import Transformer, TransformerConfig
@@ -26,7 +27,6 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_OPTIMIZER = {"lr": 5e-4, "betas": (0.9, 0.98), "eps": 1e-9, "weight_decay": 0.0, "warmup_steps": 4000}
 DEFAULT_DECODING = {"beam_size": 5, "alpha": 0.6, "max_len_a": 1.5, "max_len_b": 10, "valid_beam_size": 1}
-SPECIAL_IDS = {"pad_id": 0, "unk_id": 1, "bos_id": 2, "eos_id": 3}
 
 
 def _plain(name: str, value: Any) -> dict:

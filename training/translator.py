@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-import sentencepiece as spm
 import torch
 from torch import Tensor
 
@@ -135,55 +134,13 @@ def resolve_device(name: str | torch.device) -> torch.device:
 
 
 class Tokenizer(Protocol):
-    """What the translator needs from a subword model (``SentencePieceTokenizer`` has it)."""
+    """What the translator needs from a subword model (``data.tokenizer.SubwordTokenizer`` has it)."""
 
     def encode(self, texts: list[str]) -> list[list[int]]: ...
 
     def decode(self, ids: list[list[int]]) -> list[str]: ...
 
     def id_to_piece(self, ids: list[int]) -> list[str]: ...
-
-
-class SentencePieceTokenizer:
-    """A SentencePiece model built from its serialized bytes.
-
-    Args:
-        model_proto: the bytes of a ``.model`` file.
-        special_ids: the ids the model must have for ``pad``, ``unk``, ``bos``, ``eos``.
-
-    Raises:
-        ValueError: the bytes are not a SentencePiece model, or its special ids differ.
-    """
-
-    def __init__(self, model_proto: bytes, special_ids: tuple[int, int, int, int] = (0, 1, 2, 3)) -> None:
-        self.model_proto = model_proto
-        self.sp = spm.SentencePieceProcessor()
-        try:
-            self.sp.LoadFromSerializedProto(model_proto)
-        except (RuntimeError, OSError, TypeError) as err:
-            first_line = (str(err).splitlines() or [type(err).__name__])[0]
-            raise ValueError(f"not a SentencePiece model ({first_line})") from None
-        found = (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id())
-        if found != tuple(special_ids):
-            raise ValueError(f"SentencePiece model has pad/unk/bos/eos ids {found}, expected {special_ids}")
-        self._special = {self.sp.pad_id(), self.sp.bos_id(), self.sp.eos_id()}
-
-    @property
-    def vocab_size(self) -> int:
-        """Number of ids, special ids included."""
-        return self.sp.get_piece_size()
-
-    def encode(self, texts: list[str]) -> list[list[int]]:
-        """``batch`` texts to subword ids, without BOS or EOS."""
-        return self.sp.encode(list(texts), out_type=int)
-
-    def decode(self, ids: list[list[int]]) -> list[str]:
-        """``batch`` id sequences to detokenized text; PAD, BOS and EOS are skipped."""
-        return self.sp.decode([[i for i in seq if i not in self._special] for seq in ids])
-
-    def id_to_piece(self, ids: list[int]) -> list[str]:
-        """The subword strings of ``ids`` (``"▁"`` marks a preceding space), e.g. for plots."""
-        return [self.sp.id_to_piece(i) for i in ids]
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,12 @@ import random
 import pytest
 import torch
 
+from data.tokenizer import SubwordTokenizer
 from tests.toy_text import LEXICON, toy_pairs, train_word_spm
 from tests.transformer.helpers import tiny_model
 from training.translator import (
     LINE_BREAKS,
     SearchOptions,
-    SentencePieceTokenizer,
     Translator,
     one_line,
     read_lines,
@@ -83,10 +83,10 @@ def test_token_batches_cover_every_sentence_within_the_budget() -> None:
 
 
 @pytest.fixture(scope="module")
-def tokenizers() -> tuple[SentencePieceTokenizer, SentencePieceTokenizer]:
+def tokenizers() -> tuple[SubwordTokenizer, SubwordTokenizer]:
     pairs = toy_pairs(50, seed=0)
-    src = SentencePieceTokenizer(train_word_spm([s for s, _ in pairs]))
-    tgt = SentencePieceTokenizer(train_word_spm([t for _, t in pairs]))
+    src = SubwordTokenizer(train_word_spm([s for s, _ in pairs]))
+    tgt = SubwordTokenizer(train_word_spm([t for _, t in pairs]))
     return src, tgt
 
 
@@ -219,9 +219,9 @@ def test_search_options_are_checked() -> None:
 
 def test_tokenizer_refuses_other_special_ids() -> None:
     with pytest.raises(ValueError, match="pad/unk/bos/eos ids"):
-        SentencePieceTokenizer(train_word_spm(list(LEXICON), project_ids=False))
+        SubwordTokenizer(train_word_spm(list(LEXICON), project_ids=False))
     with pytest.raises(ValueError, match="not a SentencePiece model"):
-        SentencePieceTokenizer(b"\x00garbage")
+        SubwordTokenizer(b"\x00garbage")
 
 
 def test_resolve_device() -> None:
