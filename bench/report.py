@@ -33,7 +33,7 @@ def training(data: dict, title: str) -> None:
         rows.append(
             [
                 label,
-                r["tokens_per_s_median"],
+                r["tokens_per_s"],
                 r["ratio_vs_torch_same_precision"],
                 r["ratio_vs_torch_fp32"],
                 r["model_gflop_s"],
@@ -43,7 +43,7 @@ def training(data: dict, title: str) -> None:
     print_table(
         [
             "config",
-            "target tok/s (median)",
+            "target tok/s",
             "vs nn.Transformer same precision",
             "vs nn.Transformer fp32",
             "model GFLOP/s",
@@ -59,8 +59,8 @@ def training(data: dict, title: str) -> None:
                 [
                     k,
                     v,
-                    data["results"][k]["tokens_per_s_median"],
-                    v / data["results"][k]["tokens_per_s_median"],
+                    data["results"][k]["tokens_per_s"],
+                    v / data["results"][k]["tokens_per_s"],
                 ]
                 for k, v in workers.items()
             ],
