@@ -145,8 +145,8 @@ def test_resumed_run_equals_a_straight_run(toy, tmp_path):
 def test_ddp_bleu_equals_single_process_bleu(toy, trained_run, tmp_path):
     """2 gloo processes decode disjoint shares; BLEU over the gathered outputs is the same.
 
-    The test split has 25 sentences, so the sampler repeats batches to give both ranks equal
-    counts; those repeats must not be scored twice.
+    25 test sentences in small batches: the ranks decode different sentences (and different
+    numbers of them), so a BLEU computed per rank, or averaged over ranks, would differ.
     """
     corpus, cache, _ = toy
     odd = write_toy_corpus(tmp_path / "odd", {"train": 300, "val": 24, "test": 25})
