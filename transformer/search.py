@@ -49,14 +49,14 @@ def _start(model: Transformer, src: Tensor, use_cache: bool, rows: int) -> Decod
 
 
 def _step(model: Transformer, tokens: Tensor, state: DecoderState | _RecomputeState) -> Tensor:
-    """tokens: [rows] -> next-token log-probabilities [rows, V] (fp32)."""
+    """tokens: [rows] -> next-token logits [rows, V] (fp32)."""
     if isinstance(state, DecoderState):
         logits = model.decode_step(tokens, state)
     else:
         state.prefix = torch.cat([state.prefix, tokens[:, None]], dim=1)
         logits, _ = model.decode(state.prefix, model.project_memory(state.memory), state.src_mask)
         logits = logits[:, -1]
-    return logits.float().log_softmax(dim=-1)
+    return logits.float()
 
 
 def max_output_lengths(src: Tensor, pad_id: int, a: float, b: int, cap: int) -> Tensor:
@@ -97,7 +97,7 @@ def greedy_search(
     active = torch.arange(n, device=src.device)  # original index of each live row
     tokens = src.new_full((n,), bos_id)
     for t in range(out.size(1)):
-        next_tokens = _step(model, tokens, state).argmax(dim=-1)  # (rows,)
+        next_tokens = _step(model, tokens, state).argmax(dim=-1)  # (rows,); argmax needs no softmax
         out[active, t] = next_tokens
         done = (next_tokens == eos_id) | (max_lens[active] <= t + 1)
         if done.any():
@@ -173,11 +173,16 @@ def beam_search(
     t = 0
     while active.numel():
         m = active.numel()
-        log_probs = _step(model, tokens, state)  # (m*k, V)
-        vocab = log_probs.size(-1)
-        cand = (scores[:, :, None] + log_probs.view(m, k, vocab)).view(m, k * vocab)
-        cand_scores, cand_idx = cand.topk(2 * k, dim=1)  # (m, 2k)
-        cand_beam, cand_token = cand_idx // vocab, cand_idx % vocab
+        logits = _step(model, tokens, state)  # (m*k, V)
+        # The sentence's 2k best continuations are among the 2k best of each beam: take those per
+        # row, normalise them with the row's logsumexp, and never materialise log_softmax over V.
+        per_row = min(2 * k, logits.size(-1))
+        top_logits, top_tokens = logits.topk(per_row, dim=-1)  # (m*k, 2k)
+        top_log_probs = top_logits - logits.logsumexp(dim=-1, keepdim=True)
+        cand = (scores[:, :, None] + top_log_probs.view(m, k, per_row)).view(m, k * per_row)
+        cand_scores, cand_pos = cand.topk(min(2 * k, k * per_row), dim=1)  # (m, 2k)
+        cand_beam = cand_pos // per_row
+        cand_token = top_tokens.view(m, k * per_row).gather(1, cand_pos)
         is_eos = cand_token == eos_id
         # EOS candidates ranked inside the beam finish (python loop: a few per step).
         for i, j in (is_eos[:, :k] & (cand_scores[:, :k] > float("-inf"))).nonzero().tolist():

@@ -115,3 +115,10 @@ def test_length_limit_is_a_times_source_plus_b():
 def test_nbest_larger_than_beam_is_an_error():
     with pytest.raises(ValueError, match="nbest"):
         beam_search(tiny_model(), _ragged_batch([3]), BOS, EOS, beam_size=2, nbest=3)
+
+
+def test_beam_wider_than_half_the_vocabulary():
+    """2 * beam_size > vocabulary: every token of every beam is a candidate, nothing breaks."""
+    model = tiny_model(tgt_vocab_size=6, max_positions=32)
+    hyps = beam_search(model, _ragged_batch([4, 3]), BOS, EOS, beam_size=4, nbest=4, max_len_a=0, max_len_b=5)
+    assert [len(h) for h in hyps] == [4, 4]
