@@ -29,6 +29,8 @@ from training.translator import SearchOptions, Translation, Translator, read_lin
 
 logger = logging.getLogger("translate")
 
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
 PROG = "translate.py"
 
 
@@ -129,6 +131,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run = parser.add_argument_group("running")
     run.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
+    run.add_argument(
+        "--dtype",
+        choices=sorted(DTYPES),
+        default="float32",
+        help="weights' type: bfloat16 is ~1.5x faster on CPUs with AVX512-BF16 and on recent GPUs "
+        "(default: float32)",
+    )
     run.add_argument(
         "--threads", type=int, metavar="N", help="CPU threads for torch (default: torch's choice)"
     )
@@ -279,16 +288,17 @@ def run(args: argparse.Namespace) -> None:
         if path not in (None, "-") and not Path(path).is_file():
             raise UsageError(f"{option} {path}: no such file")
     try:
-        translator = load_translator(args.checkpoint, args.device)
+        translator = load_translator(args.checkpoint, args.device, DTYPES[args.dtype])
     except ValueError as err:  # the device
         raise UsageError(str(err)) from None
     logger.info(
-        "loaded %s: %s -> %s, %d parameters, on %s",
+        "loaded %s: %s -> %s, %d parameters, on %s in %s",
         args.checkpoint,
         translator.src_lang or "?",
         translator.tgt_lang or "?",
         translator.model.num_parameters(),
         translator.device,
+        args.dtype,
     )
     lines, name = read_input(args)
     references = None

@@ -271,6 +271,25 @@ def test_sentences_as_arguments(toy_checkpoint: Path, capsysbinary: pytest.Captu
     assert captured.out == b"a dog runs\nchild woman\n\n"
 
 
+def test_bfloat16_weights_translate_the_toy_task(
+    toy_checkpoint: Path, capsysbinary: pytest.CaptureFixture
+) -> None:
+    args = [
+        "--checkpoint",
+        str(toy_checkpoint),
+        "--quiet",
+        "--dtype",
+        "bfloat16",
+        "ein hund läuft",
+        "kind frau",
+    ]
+    assert translate.main(args) == 0
+    assert capsysbinary.readouterr().out == b"a dog runs\nchild woman\n"
+    assert (
+        next(load_translator(toy_checkpoint, dtype=torch.bfloat16).model.parameters()).dtype == torch.bfloat16
+    )
+
+
 def test_cached_equals_recomputed_through_the_translator(toy_checkpoint: Path) -> None:
     translator = load_translator(toy_checkpoint)
     sources = translator.encode_sources(TEST_SOURCES)

@@ -213,12 +213,16 @@ def _weights_mismatch(expected: dict[str, Any], found: dict[str, Any], show: int
     return "; ".join(parts)
 
 
-def load_translator(path: str | os.PathLike, device: str | torch.device = "cpu") -> Translator:
+def load_translator(
+    path: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+) -> Translator:
     """The checkpoint's model (eval mode, on ``device``) with its tokenizers.
 
     Args:
         path: a checkpoint written by training or by :func:`write_checkpoint`.
         device: where the model runs, e.g. ``"cpu"``, ``"cuda"``, ``"cuda:1"``.
+        dtype: the weights' type for inference; ``torch.bfloat16`` halves memory and is ~1.5x
+            faster on CPUs with AVX512-BF16 (scores and search stay in fp32).
 
     Raises:
         CheckpointError: the file is missing, truncated, foreign, or its parts do not fit together
@@ -254,6 +258,7 @@ def load_translator(path: str | os.PathLike, device: str | torch.device = "cpu")
     if mismatch:
         raise CheckpointError(f"{path}: the weights do not fit the model configuration: {mismatch}")
     model.load_state_dict(weights, strict=True)
+    model = model.to(dtype)
     return Translator(
         model,
         src_tok,
