@@ -9,6 +9,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p bench/results
 QUIET_S=${QUIET_S:-120}
+DEADLINE=${DEADLINE:-}  # e.g. DEADLINE=23:30: start no benchmark after that time of day
+SKIP=${SKIP:-}  # e.g. SKIP="train_speed quality": benchmarks not to run
 
 training() { pgrep -f "train.py experiment=multi30k" >/dev/null; }
 
@@ -20,13 +22,18 @@ wait_for_quiet() {
   done
 }
 
-step() {  # step NAME COMMAND...: run one benchmark on a quiet machine, log it
-  local name=$1
-  shift
+step() {  # step NAME LIMIT_S COMMAND...: run one benchmark on a quiet machine, log it
+  local name=$1 limit=$2
+  shift 2
+  case " $SKIP " in *" $name "*) return ;; esac
   while true; do
     wait_for_quiet
+    if [ -n "$DEADLINE" ] && [ "$(date +%s)" -gt "$(date -d "$DEADLINE" +%s)" ]; then
+      echo "   $(date +%T) past $DEADLINE: $name not run"
+      return
+    fi
     echo "== $(date +%T) $name: $*"
-    setsid "$@" >"bench/results/$name.log" 2>&1 &
+    setsid timeout "$limit" "$@" >"bench/results/$name.log" 2>&1 &
     local pid=$!
     while kill -0 "$pid" 2>/dev/null; do
       if training; then
@@ -43,10 +50,10 @@ step() {  # step NAME COMMAND...: run one benchmark on a quiet machine, log it
   done
 }
 
-step train_speed python3 bench/train_speed.py
-step decode_speed python3 bench/decode_speed.py
-step quality python3 bench/quality.py --collect
-step decode_profile python3 bench/decode_speed.py --profile
-step train_profile python3 bench/train_speed.py --profile
-step decode_compile python3 bench/decode_speed.py --workloads random --compile --bf16 --reps 2 --slow-reps 0 --json decode_compile
-step train_workers python3 bench/train_speed.py --rounds 6 --workers 2 --worker-rounds 6 --json train_workers
+step train_speed 600 python3 bench/train_speed.py
+step decode_speed 900 python3 bench/decode_speed.py
+step quality 120 python3 bench/quality.py --collect
+step decode_profile 240 python3 bench/decode_speed.py --profile
+step train_profile 240 python3 bench/train_speed.py --profile
+step decode_compile 420 python3 bench/decode_speed.py --workloads random --compile --bf16 --reps 2 --slow-reps 0 --json decode_compile
+step train_workers 420 python3 bench/train_speed.py --rounds 6 --workers 2 --worker-rounds 6 --json train_workers
