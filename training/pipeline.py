@@ -112,7 +112,13 @@ def train(cfg: DictConfig) -> dict[str, float]:
     module.output_dir = str(output_dir)
     logger.info("model: %s parameters", f"{module.model.num_parameters():,}")
 
+    ckpt_path = resolve_ckpt_path(cfg.ckpt_path, cfg.paths.runs_dir, cfg.name, output_dir)
     ckpt_dir = output_dir / "checkpoints"
+    if cfg.train and ckpt_path and Path(ckpt_path).parent.name == "checkpoints":
+        # Resuming: keep the checkpoints together, so that "best" and "last N" are judged over
+        # the whole run (Lightning forgets the best score when the directory changes).
+        ckpt_dir = Path(ckpt_path).parent
+        logger.info("checkpoints continue in %s", ckpt_dir)
     best = ModelCheckpoint(
         dirpath=ckpt_dir,
         filename="best-epoch{epoch:03d}-bleu{val/bleu:.2f}",
@@ -146,7 +152,6 @@ def train(cfg: DictConfig) -> dict[str, float]:
         use_distributed_sampler=False,  # the token-bucket sampler splits batches across ranks
     )
 
-    ckpt_path = resolve_ckpt_path(cfg.ckpt_path, cfg.paths.runs_dir, cfg.name, output_dir)
     test_ckpt = ckpt_path  # without training, test the given checkpoint
     if cfg.train:
         if ckpt_path:

@@ -127,15 +127,16 @@ def test_resumed_run_equals_a_straight_run(toy, tmp_path):
     runs = tmp_path / "runs"
     common = [*toy_overrides(corpus, cache, runs), "test=false", "name=resume"]
 
-    def last_weights(run: str, epochs: int, extra: list[str]) -> dict[str, torch.Tensor]:
-        out = runs / "resume" / run
-        train(compose_config([*common, f"trainer.max_epochs={epochs}", *extra], out))
-        return torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    def last_weights(run: str, epochs: int, extra: list[str], ckpt_run: str | None = None) -> dict:
+        train(compose_config([*common, f"trainer.max_epochs={epochs}", *extra], runs / "resume" / run))
+        last = runs / "resume" / (ckpt_run or run) / "checkpoints" / "last.ckpt"
+        return torch.load(last, weights_only=True)["state_dict"]
 
     straight = last_weights("straight", 4, ["ckpt_path=null"])
     os.rename(runs / "resume" / "straight", tmp_path / "straight")  # "last" must find the 2-epoch run
     last_weights("a_first", 2, [])
-    resumed = last_weights("b_second", 4, ["ckpt_path=last"])
+    # The resumed run writes its checkpoints on into the run it resumes.
+    resumed = last_weights("b_second", 4, ["ckpt_path=last"], ckpt_run="a_first")
     assert straight.keys() == resumed.keys()
     for name in straight:
         torch.testing.assert_close(resumed[name], straight[name], rtol=0, atol=0, msg=name)
