@@ -55,25 +55,27 @@ class DecoderState:
             self.src_mask = self.src_mask.index_select(0, sources)
 
 
+def layer_arguments(cfg: TransformerConfig) -> dict:
+    """The keyword arguments that ``EncoderLayer`` and ``DecoderLayer`` share, from the config."""
+    return {
+        "d_model": cfg.d_model,
+        "n_heads": cfg.n_heads,
+        "d_ff": cfg.d_ff,
+        "dropout": cfg.dropout,
+        "attention_dropout": cfg.attention_dropout,
+        "activation_dropout": cfg.activation_dropout,
+        "activation": cfg.activation,
+        "norm_first": cfg.norm_first,
+        "eps": cfg.layer_norm_eps,
+    }
+
+
 class Encoder(nn.Module):
     """A stack of ``EncoderLayer`` (plus a final LayerNorm in pre-LN)."""
 
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(
-            EncoderLayer(
-                cfg.d_model,
-                cfg.n_heads,
-                cfg.d_ff,
-                cfg.dropout,
-                cfg.attention_dropout,
-                cfg.activation_dropout,
-                cfg.activation,
-                cfg.norm_first,
-                cfg.layer_norm_eps,
-            )
-            for _ in range(cfg.n_encoder_layers)
-        )
+        self.layers = nn.ModuleList(EncoderLayer(**layer_arguments(cfg)) for _ in range(cfg.n_encoder_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
 
     def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
@@ -88,20 +90,7 @@ class Decoder(nn.Module):
 
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(
-            DecoderLayer(
-                cfg.d_model,
-                cfg.n_heads,
-                cfg.d_ff,
-                cfg.dropout,
-                cfg.attention_dropout,
-                cfg.activation_dropout,
-                cfg.activation,
-                cfg.norm_first,
-                cfg.layer_norm_eps,
-            )
-            for _ in range(cfg.n_decoder_layers)
-        )
+        self.layers = nn.ModuleList(DecoderLayer(**layer_arguments(cfg)) for _ in range(cfg.n_decoder_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
 
     def forward(
