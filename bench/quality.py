@@ -71,7 +71,7 @@ def _epochs_steps(run: Path) -> tuple[int, int]:
     if path.exists():
         with open(path, newline="") as f:
             for row in csv.DictReader(f):
-                if row.get("epoch"):
+                if row.get("epoch") and row.get("train/loss"):  # not the test stage's row
                     epochs = max(epochs, int(float(row["epoch"])) + 1)
                 if row.get("step"):
                     steps = max(steps, int(float(row["step"])) + 1)
