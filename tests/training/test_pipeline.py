@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from tests.toy_text import write_toy_corpus
 from training.pipeline import train
@@ -177,3 +177,22 @@ def test_ddp_bleu_equals_single_process_bleu(toy, trained_run, tmp_path):
     assert single["test/bleu"] > 10
     assert ddp["test/bleu"] == pytest.approx(single["test/bleu"], abs=1e-9)
     assert ddp["test/chrf"] == pytest.approx(single["test/chrf"], abs=1e-9)
+
+
+def test_two_runs_started_in_the_same_second_get_different_directories():
+    """The run directory ends in ${unique_id:}: pid + random bits, one value per process."""
+    raw = OmegaConf.to_container(OmegaConf.load(CONF / "train.yaml"), resolve=False)
+    run_dir = raw["hydra"]["run"]["dir"]
+    assert run_dir.endswith("%H-%M-%S}_${unique_id:}")
+    code = (
+        "import training.pipeline; from omegaconf import OmegaConf; "
+        "c = OmegaConf.create({'a': '${unique_id:}', 'b': '${unique_id:}'}); print(c.a, c.a == c.b)"
+    )
+    outputs = [
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+        ).stdout.split()
+        for _ in range(2)
+    ]
+    assert outputs[0][1] == outputs[1][1] == "True"  # stable within a process
+    assert outputs[0][0] != outputs[1][0]  # different across processes
