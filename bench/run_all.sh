@@ -14,12 +14,16 @@ SKIP=${SKIP:-}  # e.g. SKIP="train_speed quality": benchmarks not to run
 
 training() { pgrep -f "train.py experiment=multi30k" >/dev/null; }
 
+QUIET_SEEN=0  # 1 once the machine has been quiet for QUIET_S and no training was seen since
+
 wait_for_quiet() {
+  if [ "$QUIET_SEEN" = 1 ] && ! training; then return; fi
   local quiet=0
   while [ "$quiet" -lt "$QUIET_S" ]; do
     if training; then quiet=0; else quiet=$((quiet + 10)); fi
     sleep 10
   done
+  QUIET_SEEN=1
 }
 
 step() {  # step NAME LIMIT_S COMMAND...: run one benchmark on a quiet machine, log it
@@ -37,6 +41,7 @@ step() {  # step NAME LIMIT_S COMMAND...: run one benchmark on a quiet machine, 
     local pid=$!
     while kill -0 "$pid" 2>/dev/null; do
       if training; then
+        QUIET_SEEN=0
         kill -- "-$pid" 2>/dev/null
         wait "$pid" 2>/dev/null
         echo "   $(date +%T) training started: $name stopped, will run again"
