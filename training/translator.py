@@ -211,7 +211,7 @@ class Translator:
         src_lang: str = "",
         tgt_lang: str = "",
     ) -> None:
-        self.model = model.to(device).eval()
+        self.model = model.to(device).eval().pack_for_inference()  # oneDNN-packed weights on CPU
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
         self.bos_id, self.eos_id, self.pad_id = bos_id, eos_id, model.cfg.pad_id

@@ -12,6 +12,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transformer.packing import PackedLinears
+
+SMALL_QUERY = 16  # decoding-sized query lengths: see fused_attention
+
 
 def causal_mask(q_len: int, k_len: int, device: torch.device) -> Tensor:
     """[q_len, k_len] bool, True where query i may see key j.
@@ -65,11 +69,18 @@ def fused_attention(
 ) -> Tensor:
     """The same as ``scaled_dot_product_attention`` through PyTorch's fused kernels (no weights).
 
-    Exception: bf16/fp16 on the CPU takes the written-out path. For translation's short
-    sequences PyTorch's CPU flash kernel is several times slower there than two batched matmuls
-    (measured with torch 2.13 on AVX512-BF16: 53 ms vs 6 ms forward+backward at [273, 4, 15, 64]).
+    Exceptions on the CPU, where the written-out path (two batched matmuls) is faster for
+    translation's short sequences (torch 2.13, AVX512-BF16, 2 threads; BENCHMARKS.md):
+
+    * bf16/fp16: the CPU flash kernel took 53 ms against 6 ms forward+backward at [273, 4, 15, 64];
+    * decoding (autograd off, at most ``SMALL_QUERY`` queries): one new token per hypothesis
+      against the cache, or a sentence's few beams against its source, e.g. 160 us against 380 us
+      at q [32, 4, 5, 64], k [32, 4, 20, 64].
     """
-    if q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):
+    if q.device.type == "cpu" and (
+        q.dtype in (torch.bfloat16, torch.float16)
+        or (q.size(-2) <= SMALL_QUERY and not torch.is_grad_enabled())
+    ):
         return scaled_dot_product_attention(q, k, v, mask, causal, dropout_p)[0]
     if causal:
         if mask is None and q.size(-2) == k.size(-2):
@@ -79,11 +90,71 @@ def fused_attention(
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
 
 
+class KVCache:
+    """One self-attention layer's keys and values of the decoding steps so far.
+
+    The steps live in buffers [rows, heads, capacity, d_head] that are allocated at the first
+    step and filled in place, so a step appends without copying the earlier ones (``torch.cat``
+    would copy them all, every step). Reordering rows for beam search copies the filled part
+    once, into a spare buffer that is then swapped in. A full buffer doubles its capacity.
+    """
+
+    def __init__(self, capacity: int = 64) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be at least 1, not {capacity}")
+        self.capacity = capacity
+        self.length = 0  # steps stored
+        self._kv: tuple[Tensor, Tensor] | None = None  # each [rows, heads, capacity, d_head]
+        self._spare: tuple[Tensor, Tensor] | None = None  # the other buffers, for select()
+
+    def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Appends new steps and returns all of them.
+
+        Args:
+            k, v: [rows, heads, new_steps, d_head].
+
+        Returns:
+            (k, v) of every step so far, each [rows, heads, length, d_head] (views of the buffers).
+        """
+        end = self.length + k.size(2)
+        if self._kv is None or end > self._kv[0].size(2):
+            self._grow(k, max(end, 2 * self.length, self.capacity))
+        buf_k, buf_v = self._kv
+        buf_k[:, :, self.length : end] = k
+        buf_v[:, :, self.length : end] = v
+        self.length = end
+        return buf_k[:, :, :end], buf_v[:, :, :end]
+
+    def select(self, rows: Tensor) -> None:
+        """Keeps rows ``rows`` ([new_rows] indices), in that order."""
+        if self._kv is None:
+            return
+        n, (buf_k, buf_v) = rows.numel(), self._kv
+        if buf_k.requires_grad or buf_v.requires_grad:  # out= below does not differentiate
+            self._kv, self._spare = (buf_k.index_select(0, rows), buf_v.index_select(0, rows)), None
+            return
+        if self._spare is None or self._spare[0].size(0) < n:
+            self._spare = (buf_k.new_empty((n, *buf_k.shape[1:])), buf_v.new_empty((n, *buf_v.shape[1:])))
+        out_k, out_v = self._spare[0][:n], self._spare[1][:n]  # leading rows: contiguous
+        torch.index_select(buf_k[:, :, : self.length], 0, rows, out=out_k[:, :, : self.length])
+        torch.index_select(buf_v[:, :, : self.length], 0, rows, out=out_v[:, :, : self.length])
+        self._spare, self._kv = self._kv, (out_k, out_v)
+
+    def _grow(self, like: Tensor, capacity: int) -> None:
+        """New buffers for ``capacity`` steps, shaped after ``like``, holding the steps so far."""
+        rows, heads, _, d_head = like.shape
+        new = tuple(like.new_empty(rows, heads, capacity, d_head) for _ in range(2))
+        if self._kv is not None:
+            for old, buf in zip(self._kv, new, strict=True):
+                buf[:, :, : self.length] = old[:, :, : self.length]
+        self._kv, self._spare = new, None
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (paper, section 3.2.2), used three ways.
 
     * encoder self-attention: ``self_attention(x, mask=src_mask)``;
-    * decoder masked self-attention: ``self_attention(y, causal=True, cache=...)``;
+    * decoder masked self-attention: ``self_attention(y, causal=True, cache=KVCache())``;
     * encoder-decoder attention: ``cross_attention(y, project_kv(memory), mask=src_mask)``.
 
     The Q, K and V projections live in one [3*d_model, d_model] matrix (``in_proj``), the layout
@@ -105,6 +176,7 @@ class MultiHeadAttention(nn.Module):
         nn.init.zeros_(self.in_proj.bias)
         nn.init.xavier_uniform_(self.out_proj.weight)
         nn.init.zeros_(self.out_proj.bias)
+        self.packed = PackedLinears()  # inference copies of the matrices above (packing.py)
 
     def _split_heads(self, x: Tensor) -> Tensor:
         """[batch, len, d_model] -> [batch, heads, len, d_head]."""
@@ -131,15 +203,16 @@ class MultiHeadAttention(nn.Module):
         """
         w = self.in_proj.weight[self.d_model :]
         b = self.in_proj.bias[self.d_model :]
-        k, v = F.linear(memory, w, b).chunk(2, dim=-1)  # (B, S, D) each
-        return self._split_heads(k), self._split_heads(v)
+        k, v = self.packed.linear("kv", memory, w, b).chunk(2, dim=-1)  # (B, S, D) each
+        # Contiguous once here, or every decoding step's matmul would copy them.
+        return self._split_heads(k).contiguous(), self._split_heads(v).contiguous()
 
     def self_attention(
         self,
         x: Tensor,
         mask: Tensor | None = None,
         causal: bool = False,
-        cache: dict[str, Tensor] | None = None,
+        cache: KVCache | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """Attention of a sequence to itself.
@@ -148,24 +221,21 @@ class MultiHeadAttention(nn.Module):
             x: [batch, len, d_model].
             mask: bool [batch, 1, 1 or len, len], True = may attend (key padding).
             causal: forbid attending to later positions.
-            cache: decoding only. A dict that holds "k" and "v" ([batch, heads, t, d_head]) of
-                the steps so far; the new keys/values are appended to it in place.
+            cache: decoding only: the keys/values of the steps so far, to which this call's
+                are appended (in place).
             need_weights: use the written-out path and return the weights.
 
         Returns:
             [batch, len, d_model] and the weights [batch, heads, len, keys] or None.
         """
-        q, k, v = self.in_proj(x).chunk(3, dim=-1)  # (B, T, D) each
+        q, k, v = self.packed.linear("qkv", x, self.in_proj.weight, self.in_proj.bias).chunk(3, dim=-1)
         q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
         if cache is not None:
-            if "k" in cache:
-                k = torch.cat([cache["k"], k], dim=2)  # (B, H, t+T, Dh)
-                v = torch.cat([cache["v"], v], dim=2)
-            cache["k"], cache["v"] = k, v
+            k, v = cache.extend(k, v)  # (B, H, t+T, Dh)
             # A single new query may see every cached key: no mask needed.
             causal = causal and q.size(2) > 1
         out, weights = self._attend(q, k, v, mask, causal, need_weights)
-        return self.out_proj(self._merge_heads(out)), weights
+        return self._project_out(out), weights
 
     def cross_attention(
         self,
@@ -207,8 +277,13 @@ class MultiHeadAttention(nn.Module):
             if weights is not None:
                 weights = weights.view(n_src, self.n_heads, g, t, -1).transpose(1, 2)
                 weights = weights.reshape(rows, self.n_heads, t, -1)
-        return self.out_proj(self._merge_heads(out)), weights
+        return self._project_out(out), weights
 
     def _project_q(self, x: Tensor) -> Tensor:
         """[batch, len, d_model] -> queries [batch, len, d_model] (the first third of in_proj)."""
-        return F.linear(x, self.in_proj.weight[: self.d_model], self.in_proj.bias[: self.d_model])
+        w, b = self.in_proj.weight[: self.d_model], self.in_proj.bias[: self.d_model]
+        return self.packed.linear("q", x, w, b)
+
+    def _project_out(self, out: Tensor) -> Tensor:
+        """Attention output [batch, heads, len, d_head] -> [batch, len, d_model] through out_proj."""
+        return self.packed.linear("out", self._merge_heads(out), self.out_proj.weight, self.out_proj.bias)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer.attention import MultiHeadAttention
+from transformer.attention import KVCache, MultiHeadAttention
+from transformer.packing import PackedLinears
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -15,14 +16,17 @@ class PositionwiseFeedForward(nn.Module):
         super().__init__()
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
-        self.activation = F.gelu if activation == "gelu" else F.relu
+        self.relu = activation != "gelu"
         self.dropout = nn.Dropout(dropout)
         nn.init.xavier_uniform_(self.linear1.weight)
         nn.init.xavier_uniform_(self.linear2.weight)
+        self.packed = PackedLinears()  # inference copies of the matrices above (packing.py)
 
     def forward(self, x: Tensor) -> Tensor:
         """x: [batch, len, d_model] -> [batch, len, d_model]."""
-        return self.linear2(self.dropout(self.activation(self.linear1(x))))
+        h = self.packed.linear("linear1", x, self.linear1.weight, self.linear1.bias, relu=self.relu)
+        h = h if self.relu else F.gelu(h)  # (B, T, d_ff)
+        return self.packed.linear("linear2", self.dropout(h), self.linear2.weight, self.linear2.bias)
 
 
 class Sublayer(nn.Module):
@@ -103,7 +107,7 @@ class DecoderLayer(nn.Module):
         y: Tensor,
         memory_kv: tuple[Tensor, Tensor],
         src_mask: Tensor | None,
-        cache: dict[str, Tensor] | None = None,
+        cache: KVCache | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """One decoder layer.

@@ -6,9 +6,11 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
+from transformer.attention import KVCache
 from transformer.config import TransformerConfig
 from transformer.embeddings import Embeddings, PositionalEncoding
 from transformer.layers import DecoderLayer, EncoderLayer
+from transformer.packing import PackedLinears
 
 
 @dataclass
@@ -20,13 +22,14 @@ class DecoderState:
     the beam size for beam search). Cross-attention K/V are stored once per *source*.
 
     Attributes:
-        self_caches: per decoder layer, {"k", "v"}: [rows, heads, steps, d_head]; grows each step.
+        self_caches: per decoder layer, the self-attention keys/values of the steps so far,
+            each [rows, heads, steps, d_head]; grows by one step each step.
         cross_kv: per decoder layer, (k, v): [n_src, heads, src_len, d_head]; computed once.
         src_mask: bool [n_src, 1, 1, src_len], True at real source tokens.
         step: number of target tokens fed so far (the next token's position).
     """
 
-    self_caches: list[dict[str, Tensor]]
+    self_caches: list[KVCache]
     cross_kv: list[tuple[Tensor, Tensor]]
     src_mask: Tensor
     step: int = 0
@@ -45,9 +48,7 @@ class DecoderState:
                 sentences dropped), or None to keep all.
         """
         for cache in self.self_caches:
-            if "k" in cache:
-                cache["k"] = cache["k"].index_select(0, rows)
-                cache["v"] = cache["v"].index_select(0, rows)
+            cache.select(rows)
         if sources is not None:
             self.cross_kv = [
                 (k.index_select(0, sources), v.index_select(0, sources)) for k, v in self.cross_kv
@@ -98,7 +99,7 @@ class Decoder(nn.Module):
         y: Tensor,
         cross_kv: list[tuple[Tensor, Tensor]],
         src_mask: Tensor,
-        caches: list[dict[str, Tensor]] | None = None,
+        caches: list[KVCache] | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, list[Tensor]]:
         """y: [rows, tgt_len, d_model] -> ([rows, tgt_len, d_model], per-layer cross weights)."""
@@ -138,6 +139,24 @@ class Transformer(nn.Module):
             self.output.weight = self.tgt_embed.weight
         else:
             nn.init.normal_(self.output.weight, mean=0.0, std=cfg.d_model**-0.5)
+        self.packed = PackedLinears()  # inference copy of the output matrix (packing.py)
+
+    def pack_for_inference(self, enabled: bool = True) -> Transformer:
+        """Switches oneDNN-packed weights on (or off) for every linear map (see ``packing.py``).
+
+        Packed weights are used only with autograd off and on the CPU, so training is unaffected;
+        they are re-packed by themselves after in-place updates. Off frees the packed copies.
+        """
+        for module in self.modules():
+            packed = getattr(module, "packed", None)
+            if isinstance(packed, PackedLinears):
+                packed.enabled = enabled
+                packed.clear()
+        return self
+
+    def _logits(self, y: Tensor) -> Tensor:
+        """y: [..., d_model] -> [..., tgt_vocab] through the output projection."""
+        return self.packed.linear("output", y, self.output.weight, self.output.bias)
 
     def num_parameters(self, trainable_only: bool = True) -> int:
         """Parameter count, each shared (tied) tensor counted once."""
@@ -176,7 +195,7 @@ class Transformer(nn.Module):
         """
         y = self.tgt_pos(self.tgt_embed(tgt_in))
         y, weights = self.decoder(y, cross_kv, src_mask, need_weights=need_weights)
-        return self.output(y), weights
+        return self._logits(y), weights
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher-forced pass: src [batch, src_len], tgt_in [batch, tgt_len] -> logits [batch, tgt_len, V].
@@ -194,10 +213,13 @@ class Transformer(nn.Module):
         _, weights = self.decode(tgt_in, self.project_memory(memory), src_mask, need_weights=True)
         return weights
 
-    def start_decoding(self, memory: Tensor, src_mask: Tensor) -> DecoderState:
-        """Empty self-attention caches and the cross-attention K/V of ``memory`` [n_src, src_len, d]."""
+    def start_decoding(self, memory: Tensor, src_mask: Tensor, max_steps: int = 64) -> DecoderState:
+        """Empty self-attention caches and the cross-attention K/V of ``memory`` [n_src, src_len, d].
+
+        ``max_steps``: how many steps the caches are sized for at first (they grow if needed).
+        """
         return DecoderState(
-            self_caches=[{} for _ in self.decoder.layers],
+            self_caches=[KVCache(max_steps) for _ in self.decoder.layers],
             cross_kv=self.project_memory(memory),
             src_mask=src_mask,
         )
@@ -215,4 +237,4 @@ class Transformer(nn.Module):
         y = self.tgt_pos(self.tgt_embed(tokens[:, None]), offset=state.step)  # (R, 1, D)
         y, _ = self.decoder(y, state.cross_kv, state.src_mask, caches=state.self_caches)
         state.step += 1
-        return self.output(y[:, -1])
+        return self._logits(y[:, -1])

@@ -54,18 +54,19 @@ def test_result_does_not_depend_on_batch_neighbours(norm_first):
 
 @LN_MODES
 @pytest.mark.parametrize("group", [1, 3])
-def test_incremental_decoding_equals_full_prefix(norm_first, group):
+@pytest.mark.parametrize("capacity", [2, 64], ids=["cache-grows", "cache-fits"])
+def test_incremental_decoding_equals_full_prefix(norm_first, group, capacity):
     """Self-attention K/V cache + cross-attention K/V computed once == decoder on the whole prefix.
 
     ``group`` rows share each source (as beams do); rows are also reordered and a source is
-    dropped half-way, the way beam search uses the caches.
+    dropped half-way, the way beam search uses the caches; a cache sized for 2 steps must grow.
     """
     model = tiny_model(norm_first)
     src = random_tokens(3, 6, 37)
     src[1, 4:] = PAD
     tgt = random_tokens(3 * group, 9, 41)
     memory, src_mask = model.encode(src)
-    state = model.start_decoding(memory, src_mask)
+    state = model.start_decoding(memory, src_mask, max_steps=capacity)
     rows_src = torch.arange(3).repeat_interleave(group)  # source of each row
     for t in range(9):
         step_logits = model.decode_step(tgt[:, t], state)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tests.transformer.helpers import BOS, EOS, PAD, random_tokens, tiny_model
-from transformer.search import beam_search, greedy_search, length_penalty, max_output_lengths
+from transformer.search import _top_log_probs, beam_search, greedy_search, length_penalty, max_output_lengths
 
 
 def _ragged_batch(lengths, vocab=37, seed=0):
@@ -122,3 +122,37 @@ def test_beam_wider_than_half_the_vocabulary():
     model = tiny_model(tgt_vocab_size=6, max_positions=32)
     hyps = beam_search(model, _ragged_batch([4, 3]), BOS, EOS, beam_size=4, nbest=4, max_len_a=0, max_len_b=5)
     assert [len(h) for h in hyps] == [4, 4]
+
+
+def test_beam_wider_than_the_vocabulary_is_an_error():
+    with pytest.raises(ValueError, match="beam_size=7 exceeds the 6-word"):
+        beam_search(tiny_model(tgt_vocab_size=6), _ragged_batch([3]), BOS, EOS, beam_size=7)
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_min_len_holds_eos_back(search):
+    model = _model_with_eos_bias()
+    with torch.no_grad():
+        model.output.bias[EOS] = 4.0  # early ends for greedy too
+    src = _ragged_batch([5, 8, 3, 6])
+
+    def lengths(min_len):
+        if search == "greedy":
+            return [len(o) for o in greedy_search(model, src, BOS, EOS, min_len=min_len)]
+        return [len(h[0].tokens) for h in beam_search(model, src, BOS, EOS, beam_size=3, min_len=min_len)]
+
+    assert min(lengths(0)) < 4, "the EOS bias should end some outputs early"
+    assert min(lengths(4)) >= 4
+    # The length limit (1.5 * 3 + 10 = 14 for the shortest source) still wins over min_len.
+    assert max(lengths(40)) <= max_output_lengths(src, PAD, 1.5, 10, 127).max().item()
+
+
+def test_top_log_probs_are_log_softmax():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, 50, generator=g) * torch.tensor([0.1, 1.0, 10.0, 50.0, 1.0, 1.0])[:, None]
+    logits[4, 7] = float("-inf")  # a banned token
+    logits[5] = 0.0  # all tied
+    expected_values = logits.log_softmax(-1).topk(8, dim=-1).values
+    log_probs, tokens = _top_log_probs(logits.clone(), 8)
+    torch.testing.assert_close(log_probs, expected_values)
+    torch.testing.assert_close(log_probs, logits.log_softmax(-1).gather(1, tokens))
