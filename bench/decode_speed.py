@@ -12,15 +12,16 @@ Systems (all at ``--threads`` threads, float32, batch 32, the same batches in th
 * ``HF generate``: ``transformers.MarianMTModel.generate()`` with the same sizes and *our* weights
   copied in (``bench/peers.py``), its default attention (SDPA), ``use_cache=True``;
 * ``CT2 fp32``: ``ctranslate2.Translator`` on our weights converted to a ``TransformerSpec``
-  (``compute_type="float32"``, ``intra_threads=threads``, ``inter_threads=1``);
+  (``compute_type="float32"``, ``intra_threads=threads``, ``inter_threads=1``), in a child
+  process of its own (``bench/ct2_worker.py`` says why), called one batch at a time;
 * optional: ``ours bf16`` (bf16 autocast) and ``ours compiled`` (``torch.compile`` on the decoder).
 
 Workloads:
 
 * ``random``: the model of conf/model/small (d 256, 3+3 layers, FFN 1024, 4 heads, vocab 8000)
   with random weights (seed 1234); 200 sources of 19 random subwords + EOS (20 tokens), batch 32;
-  exactly 30 output tokens per sentence in every system, EOS made impossible: ours through an
-  output bias of -inf at EOS and ``max_len_a=0, max_len_b=30``; HF through
+  exactly 30 output tokens per sentence in every system, EOS made impossible: ours through
+  ``min_len=30, max_len_a=0, max_len_b=30``; HF through
   ``min_new_tokens=max_new_tokens=30``; CTranslate2 through
   ``min_decoding_length=max_decoding_length=30``. The script checks every output has 30 tokens.
 * ``flickr``: a trained checkpoint (default: the newest ``runs/multi30k_de_en/*/checkpoints/
@@ -67,7 +68,8 @@ from bench.common import (  # noqa: E402
     set_threads,
     write_json,
 )
-from bench.peers import banned_token, ct2_to_ids, ids_to_ct2, to_ctranslate2, to_marian  # noqa: E402
+from bench.ct2_worker import CT2Worker  # noqa: E402
+from bench.peers import ct2_to_ids, ids_to_ct2, to_ctranslate2, to_marian  # noqa: E402
 from transformer import Transformer, TransformerConfig  # noqa: E402
 from transformer.search import beam_search, greedy_search  # noqa: E402
 
@@ -100,15 +102,16 @@ def _strip_hf(row: list[int]) -> list[int]:
 
 
 def make_systems(
-    model: Transformer, ct2_dir: Path, threads: int, forced: int | None, extra: list[str]
+    model: Transformer,
+    ct2_dir: Path,
+    threads: int,
+    forced: int | None,
+    extra: list[str],
+    skip: list[str] = (),
 ) -> dict[str, Callable[[Batch, int], list[list[int]]]]:
-    """name -> fn(batch, beam) returning output ids per sentence (no BOS/EOS)."""
-    import ctranslate2
-
+    """name -> fn(batch, beam) returning output ids per sentence (no BOS/EOS); ``skip``: names left out."""
     hf = to_marian(model, BOS, EOS)
-    ct2 = ctranslate2.Translator(
-        str(ct2_dir), device="cpu", compute_type="float32", intra_threads=threads, inter_threads=1
-    )
+    ct2 = CT2Worker(str(ct2_dir), threads)  # a child process: see bench/ct2_worker.py
 
     def limit(batch: Batch) -> int:
         """Most output tokens of every sentence in the batch, the same in every system."""
@@ -116,12 +119,12 @@ def make_systems(
 
     def ours_fn(m: Transformer, use_cache: bool = True, bf16: bool = False) -> Callable:
         def run(batch: Batch, beam: int) -> list[list[int]]:
-            ban = banned_token(m, EOS) if forced else _Nothing()
-            with ban, torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            n, least = limit(batch), forced or 0
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                 if beam == 1:
-                    return greedy_search(m, batch.src, BOS, EOS, 0.0, limit(batch), use_cache=use_cache)
+                    return greedy_search(m, batch.src, BOS, EOS, 0.0, n, use_cache=use_cache, min_len=least)
                 hyps = beam_search(
-                    m, batch.src, BOS, EOS, beam, 1, ALPHA, 0.0, limit(batch), use_cache=use_cache
+                    m, batch.src, BOS, EOS, beam, 1, ALPHA, 0.0, n, use_cache=use_cache, min_len=least
                 )
                 return [h[0].tokens for h in hyps]
 
@@ -152,7 +155,7 @@ def make_systems(
             min_decoding_length=n if forced else 0,
             max_batch_size=0,
         )
-        return [ct2_to_ids(r.hypotheses[0]) for r in results]
+        return [ct2_to_ids(hyp) for hyp in results]
 
     systems = {
         "ours": ours_fn(model),
@@ -166,7 +169,11 @@ def make_systems(
         compiled = copy.deepcopy(model)
         compiled.decoder = torch.compile(compiled.decoder, dynamic=True)
         systems["ours compiled"] = ours_fn(compiled)
-    return systems
+    unknown = set(skip) - set(systems) | ({"ours"} & set(skip))
+    if unknown:
+        others = sorted(set(systems) - {"ours"})
+        raise SystemExit(f"--skip: cannot leave out {sorted(unknown)}; the others are {others}")
+    return {name: fn for name, fn in systems.items() if name not in skip}
 
 
 def run_workload(
@@ -212,14 +219,6 @@ def run_workload(
             flush=True,
         )
     return {n: {"seconds": median(times[n]), "all_seconds": times[n], "outputs": outputs[n]} for n in names}
-
-
-class _Nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def summarise(
@@ -290,7 +289,7 @@ def random_model(seed: int) -> Transformer:
         share_embeddings=True,
         tie_output=True,
     )
-    return Transformer(cfg).eval()
+    return Transformer(cfg).eval().pack_for_inference()
 
 
 def random_sources(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
@@ -369,6 +368,9 @@ def main() -> None:
     parser.add_argument("--checkpoint", default=None, help="flickr workload (default: newest de-en averaged)")
     parser.add_argument("--bf16", action="store_true", help="also ours with bf16 autocast")
     parser.add_argument("--compile", action="store_true", help="also ours with torch.compile'd decoder")
+    parser.add_argument(
+        "--skip", nargs="+", default=[], metavar="SYSTEM", help='systems to leave out, e.g. "HF generate"'
+    )
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory child process")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--memory-child", default=None, help=argparse.SUPPRESS)
@@ -396,7 +398,7 @@ def main() -> None:
     if "random" in args.workloads or args.profile:
         model = random_model(args.seed)
         to_ctranslate2(model, tmp / "random")
-        systems = make_systems(model, tmp / "random", args.threads, args.out_len, extra)
+        systems = make_systems(model, tmp / "random", args.threads, args.out_len, extra, args.skip)
         batches = batches_of(random_sources(args.sources, args.src_len, 8000, args.seed), args.batch_size)
         if args.profile:
             print_config("decoding profile", config)
@@ -431,7 +433,7 @@ def main() -> None:
             model = translator.model
             sources, _, refs = flickr_sources(translator, args.flickr_sentences)
             to_ctranslate2(model, tmp / "trained")
-            systems = make_systems(model, tmp / "trained", args.threads, None, extra)
+            systems = make_systems(model, tmp / "trained", args.threads, None, extra, args.skip)
             batches = batches_of(sources, args.batch_size)
             for beam in args.beams:
                 print(f"flickr workload, beam {beam}:", flush=True)

@@ -12,15 +12,10 @@ Both peers are post-LN encoder-decoder Transformers like ours, so each of our te
 * Marian (``transformers``): separate q/k/v projections (our ``in_proj`` rows split in three), the
   shared embedding, ``lm_head`` tied to it, and our sinusoidal table copied over Marian's own
   (which puts the sines in the first half and the cosines in the second, not interleaved).
-
-``banned_token`` makes a token impossible in our model (its logit is -inf), used to force outputs
-of a fixed length.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -189,29 +184,3 @@ def to_marian(model: Transformer, bos_id: int, eos_id: int):  # noqa: ANN201
             ffn(dst, src)
             norm(dst.final_layer_norm, src.ffn_sub.norm)
     return hf
-
-
-class _BanToken(nn.Module):
-    """The output projection plus a bias that is -inf at one token."""
-
-    def __init__(self, output: nn.Module, token: int, vocab: int) -> None:
-        super().__init__()
-        self.inner = output
-        bias = torch.zeros(vocab)
-        bias[token] = float("-inf")
-        self.register_buffer("bias", bias, persistent=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        logits = self.inner(x)
-        return logits + self.bias.to(logits.dtype)
-
-
-@contextlib.contextmanager
-def banned_token(model: Transformer, token: int) -> Iterator[Transformer]:
-    """Within the block, ``model`` never predicts ``token`` (used to force fixed-length outputs)."""
-    original = model.output
-    model.output = _BanToken(original, token, model.cfg.tgt_vocab_size)
-    try:
-        yield model
-    finally:
-        model.output = original

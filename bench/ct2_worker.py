@@ -1,0 +1,61 @@
+"""CTranslate2 in a process of its own, for side-by-side timing with PyTorch.
+
+A used ``ctranslate2.Translator`` that lives in the same process as PyTorch slows PyTorch's
+later work down: on the 2-core machine of BENCHMARKS.md our beam search took 1.62 s on three
+batches before the translator had translated anything and 2.38-2.83 s after (1.78 s once the
+translator was deleted), with every ATen operator slower, the small element-wise ones most. Both
+libraries bring their own OpenMP runtime and thread pools. Nobody deploys the two in one process,
+so the benchmark gives CTranslate2 a child process: the parent sends it batches through a pipe,
+one at a time, and waits, so the two never run at once and the comparison stays interleaved.
+The pipe's cost (a few tokens pickled each way) is inside CTranslate2's timed calls, well under
+a millisecond against hundreds per batch.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing as mp
+from multiprocessing.connection import Connection
+
+
+def _serve(conn: Connection, model_dir: str, threads: int) -> None:
+    """Child: load the model, then translate each request until None arrives."""
+    import ctranslate2
+
+    translator = ctranslate2.Translator(
+        model_dir, device="cpu", compute_type="float32", intra_threads=threads, inter_threads=1
+    )
+    conn.send("ready")
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:  # the parent is gone
+            return
+        if request is None:
+            return
+        tokens, options = request
+        results = translator.translate_batch(tokens, **options)
+        conn.send([r.hypotheses[0] for r in results])
+
+
+class CT2Worker:
+    """A CTranslate2 ``Translator`` (float32, CPU) running in a spawned child process."""
+
+    def __init__(self, model_dir: str, threads: int) -> None:
+        ctx = mp.get_context("spawn")  # a fresh interpreter: no PyTorch thread pools inherited
+        self._conn, child = ctx.Pipe()
+        self._process = ctx.Process(target=_serve, args=(child, model_dir, threads), daemon=True)
+        self._process.start()
+        if self._conn.recv() != "ready":
+            raise RuntimeError("the CTranslate2 worker did not start")
+        atexit.register(self.close)
+
+    def translate_batch(self, tokens: list[list[str]], **options: object) -> list[list[str]]:
+        """Best hypothesis (tokens) per source, as ``Translator.translate_batch`` gives it."""
+        self._conn.send((tokens, options))
+        return self._conn.recv()
+
+    def close(self) -> None:
+        if self._process.is_alive():
+            self._conn.send(None)
+            self._process.join(timeout=10)
