@@ -14,7 +14,8 @@ Systems (all at ``--threads`` threads, float32, batch 32, the same batches in th
 * ``CT2 fp32``: ``ctranslate2.Translator`` on our weights converted to a ``TransformerSpec``
   (``compute_type="float32"``, ``intra_threads=threads``, ``inter_threads=1``), in a child
   process of its own (``bench/ct2_worker.py`` says why), called one batch at a time;
-* optional: ``ours bf16`` (bf16 autocast) and ``ours compiled`` (``torch.compile`` on the decoder).
+* optional: ``ours bf16`` (the model's weights in bfloat16, as ``translate.py --dtype bfloat16``
+  runs it; beam scores in fp32) and ``ours compiled`` (``torch.compile`` on the decoder).
 
 Workloads:
 
@@ -117,16 +118,15 @@ def make_systems(
         """Most output tokens of every sentence in the batch, the same in every system."""
         return forced if forced else math.floor(1.5 * batch.width + 10)
 
-    def ours_fn(m: Transformer, use_cache: bool = True, bf16: bool = False) -> Callable:
+    def ours_fn(m: Transformer, use_cache: bool = True) -> Callable:
         def run(batch: Batch, beam: int) -> list[list[int]]:
             n, least = limit(batch), forced or 0
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                if beam == 1:
-                    return greedy_search(m, batch.src, BOS, EOS, 0.0, n, use_cache=use_cache, min_len=least)
-                hyps = beam_search(
-                    m, batch.src, BOS, EOS, beam, 1, ALPHA, 0.0, n, use_cache=use_cache, min_len=least
-                )
-                return [h[0].tokens for h in hyps]
+            if beam == 1:
+                return greedy_search(m, batch.src, BOS, EOS, 0.0, n, use_cache=use_cache, min_len=least)
+            hyps = beam_search(
+                m, batch.src, BOS, EOS, beam, 1, ALPHA, 0.0, n, use_cache=use_cache, min_len=least
+            )
+            return [h[0].tokens for h in hyps]
 
         return run
 
@@ -164,7 +164,7 @@ def make_systems(
         "CT2 fp32": ct2_run,
     }
     if "bf16" in extra:
-        systems["ours bf16"] = ours_fn(model, bf16=True)
+        systems["ours bf16"] = ours_fn(copy.deepcopy(model).to(torch.bfloat16).pack_for_inference())
     if "compile" in extra:
         compiled = copy.deepcopy(model)
         compiled.decoder = torch.compile(compiled.decoder, dynamic=True)
@@ -366,7 +366,7 @@ def main() -> None:
     parser.add_argument("--out-len", type=int, default=30, help="random workload: forced output tokens")
     parser.add_argument("--flickr-sentences", type=int, default=0, help="first N test sentences (0: all)")
     parser.add_argument("--checkpoint", default=None, help="flickr workload (default: newest de-en averaged)")
-    parser.add_argument("--bf16", action="store_true", help="also ours with bf16 autocast")
+    parser.add_argument("--bf16", action="store_true", help="also ours with bfloat16 weights")
     parser.add_argument("--compile", action="store_true", help="also ours with torch.compile'd decoder")
     parser.add_argument(
         "--skip", nargs="+", default=[], metavar="SYSTEM", help='systems to leave out, e.g. "HF generate"'

@@ -156,3 +156,22 @@ def test_top_log_probs_are_log_softmax():
     log_probs, tokens = _top_log_probs(logits.clone(), 8)
     torch.testing.assert_close(log_probs, expected_values)
     torch.testing.assert_close(log_probs, logits.log_softmax(-1).gather(1, tokens))
+
+
+def test_bfloat16_model_reports_its_outputs_log_prob():
+    """Logits stay in bf16 (no fp32 copy of [rows, V]); scores are still fp32 and match the
+    fp32 model's log P(y | x) of the same outputs to within bf16 rounding."""
+    import copy
+
+    model = _model_with_eos_bias()
+    bf16 = copy.deepcopy(model).to(torch.bfloat16)
+    src = _ragged_batch([6, 3, 8])
+    limits = max_output_lengths(src, PAD, 1.5, 10, 127).tolist()
+    for i, hyps in enumerate(beam_search(bf16, src, BOS, EOS, beam_size=3, nbest=3, alpha=0.0)):
+        for h in hyps:
+            assert isinstance(h.log_prob, float)
+            tgt_out = h.tokens + ([EOS] if len(h.tokens) < limits[i] else [])
+            with torch.no_grad():
+                logits = model(src[i : i + 1], torch.tensor([[BOS] + tgt_out[:-1]]))
+            logp = logits.log_softmax(-1).gather(2, torch.tensor([tgt_out])[..., None]).sum().item()
+            assert h.log_prob == pytest.approx(logp, abs=0.05 * len(tgt_out))
