@@ -93,19 +93,22 @@ def fused_attention(
 class KVCache:
     """One self-attention layer's keys and values of the decoding steps so far.
 
-    The steps live in buffers [rows, heads, capacity, d_head] that are allocated at the first
-    step and filled in place, so a step appends without copying the earlier ones (``torch.cat``
-    would copy them all, every step). Reordering rows for beam search copies the filled part
-    once, into a spare buffer that is then swapped in. A full buffer doubles its capacity.
+    The steps live in one buffer [2, rows, heads, capacity, d_head] (keys, values) that is
+    filled in place, so a step appends without copying the earlier ones (``torch.cat`` would
+    copy them all, every step); a full buffer gets ``GROWTH`` more steps. Reordering rows for
+    beam search copies the filled part once, into a spare buffer of the same shape that is
+    then swapped in. The decoder's layers pass one spare along (``select`` returns the buffer
+    it frees), so all of them together hold one extra buffer, not one each.
     """
 
-    def __init__(self, capacity: int = 64) -> None:
+    GROWTH = 16  # steps added when full: outputs mostly end long before the length limit
+
+    def __init__(self, capacity: int = GROWTH) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, not {capacity}")
         self.capacity = capacity
         self.length = 0  # steps stored
-        self._kv: tuple[Tensor, Tensor] | None = None  # each [rows, heads, capacity, d_head]
-        self._spare: tuple[Tensor, Tensor] | None = None  # the other buffers, for select()
+        self._buf: Tensor | None = None  # [2, rows, heads, capacity, d_head]
 
     def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Appends new steps and returns all of them.
@@ -114,40 +117,42 @@ class KVCache:
             k, v: [rows, heads, new_steps, d_head].
 
         Returns:
-            (k, v) of every step so far, each [rows, heads, length, d_head] (views of the buffers).
+            (k, v) of every step so far, each [rows, heads, length, d_head] (views of the buffer).
         """
         end = self.length + k.size(2)
-        if self._kv is None or end > self._kv[0].size(2):
-            self._grow(k, max(end, 2 * self.length, self.capacity))
-        buf_k, buf_v = self._kv
-        buf_k[:, :, self.length : end] = k
-        buf_v[:, :, self.length : end] = v
+        if self._buf is None or end > self._buf.size(3):
+            self._grow(k, max(end, self.length + self.GROWTH, self.capacity))
+        self._buf[0, :, :, self.length : end] = k
+        self._buf[1, :, :, self.length : end] = v
         self.length = end
-        return buf_k[:, :, :end], buf_v[:, :, :end]
+        return self._buf[0, :, :, :end], self._buf[1, :, :, :end]
 
-    def select(self, rows: Tensor) -> None:
-        """Keeps rows ``rows`` ([new_rows] indices), in that order."""
-        if self._kv is None:
-            return
-        n, (buf_k, buf_v) = rows.numel(), self._kv
-        if buf_k.requires_grad or buf_v.requires_grad:  # out= below does not differentiate
-            self._kv, self._spare = (buf_k.index_select(0, rows), buf_v.index_select(0, rows)), None
-            return
-        if self._spare is None or self._spare[0].size(0) < n:
-            self._spare = (buf_k.new_empty((n, *buf_k.shape[1:])), buf_v.new_empty((n, *buf_v.shape[1:])))
-        out_k, out_v = self._spare[0][:n], self._spare[1][:n]  # leading rows: contiguous
-        torch.index_select(buf_k[:, :, : self.length], 0, rows, out=out_k[:, :, : self.length])
-        torch.index_select(buf_v[:, :, : self.length], 0, rows, out=out_v[:, :, : self.length])
-        self._spare, self._kv = self._kv, (out_k, out_v)
+    def select(self, rows: Tensor, spare: Tensor | None = None) -> Tensor | None:
+        """Keeps rows ``rows`` ([new_rows] indices), in that order.
+
+        ``spare``: a free buffer to copy into if its shape fits (else one is allocated).
+        Returns the buffer this frees, for the next layer's ``select``.
+        """
+        if self._buf is None:
+            return spare
+        old, n = self._buf, rows.numel()
+        if old.requires_grad:  # out= below does not differentiate
+            self._buf = old.index_select(1, rows)
+            return spare
+        if spare is None or spare.size(1) < n or spare.shape[2:] != old.shape[2:] or spare.dtype != old.dtype:
+            spare = old.new_empty((2, n, *old.shape[2:]))
+        new = spare[:, :n]
+        torch.index_select(old[:, :, :, : self.length], 1, rows, out=new[:, :, :, : self.length])
+        self._buf = new
+        return old
 
     def _grow(self, like: Tensor, capacity: int) -> None:
-        """New buffers for ``capacity`` steps, shaped after ``like``, holding the steps so far."""
+        """A buffer for ``capacity`` steps, shaped after ``like``, holding the steps so far."""
         rows, heads, _, d_head = like.shape
-        new = tuple(like.new_empty(rows, heads, capacity, d_head) for _ in range(2))
-        if self._kv is not None:
-            for old, buf in zip(self._kv, new, strict=True):
-                buf[:, :, : self.length] = old[:, :, : self.length]
-        self._kv, self._spare = new, None
+        new = like.new_empty(2, rows, heads, capacity, d_head)
+        if self._buf is not None:
+            new[:, :, :, : self.length] = self._buf[:, :, :, : self.length]
+        self._buf = new
 
 
 class MultiHeadAttention(nn.Module):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from torch import Tensor, nn
 
@@ -33,6 +33,7 @@ class DecoderState:
     cross_kv: list[tuple[Tensor, Tensor]]
     src_mask: Tensor
     step: int = 0
+    spare: Tensor | None = field(default=None, repr=False)  # a free cache buffer (see select)
 
     @property
     def n_src(self) -> int:
@@ -47,8 +48,10 @@ class DecoderState:
             sources: [new_n_src] indices of the source sentences still active (finished
                 sentences dropped), or None to keep all.
         """
+        # The buffer each layer frees is where the next one copies to; the last one is kept
+        # for the first layer of the next select.
         for cache in self.self_caches:
-            cache.select(rows)
+            self.spare = cache.select(rows, self.spare)
         if sources is not None:
             self.cross_kv = [
                 (k.index_select(0, sources), v.index_select(0, sources)) for k, v in self.cross_kv
@@ -216,10 +219,11 @@ class Transformer(nn.Module):
     def start_decoding(self, memory: Tensor, src_mask: Tensor, max_steps: int = 64) -> DecoderState:
         """Empty self-attention caches and the cross-attention K/V of ``memory`` [n_src, src_len, d].
 
-        ``max_steps``: how many steps the caches are sized for at first (they grow if needed).
+        ``max_steps``: the most steps decoding may take. The caches start with room for at most
+        ``KVCache.GROWTH`` and grow when full: most outputs end long before the length limit.
         """
         return DecoderState(
-            self_caches=[KVCache(max_steps) for _ in self.decoder.layers],
+            self_caches=[KVCache(min(max_steps, KVCache.GROWTH)) for _ in self.decoder.layers],
             cross_kv=self.project_memory(memory),
             src_mask=src_mask,
         )
