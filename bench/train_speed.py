@@ -235,9 +235,9 @@ class Runner:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
             logits = self.model(batch["src"], batch["tgt_in"])
             loss = (
-                F.cross_entropy(
-                    logits.float().transpose(1, 2),
-                    batch["tgt_out"],
+                F.cross_entropy(  # flat (B*T, V) rows, as training/module.py
+                    logits.float().flatten(0, 1),
+                    batch["tgt_out"].flatten(),
                     ignore_index=PAD,
                     label_smoothing=0.1,
                     reduction="sum",
