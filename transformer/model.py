@@ -185,6 +185,7 @@ class Transformer(nn.Module):
         cross_kv: list[tuple[Tensor, Tensor]],
         src_mask: Tensor,
         need_weights: bool = False,
+        last_only: bool = False,
     ) -> tuple[Tensor, list[Tensor]]:
         """Decoder on a whole target prefix (no cache).
 
@@ -192,13 +193,15 @@ class Transformer(nn.Module):
             tgt_in: [rows, tgt_len] decoder input ids (BOS first); rows = n_src * g.
             cross_kv: from ``project_memory``; src_mask: [n_src, 1, 1, src_len].
             need_weights: also return per-layer cross-attention [rows, heads, tgt_len, src_len].
+            last_only: logits of the last position only (all a search step needs).
 
         Returns:
-            logits [rows, tgt_len, tgt_vocab] and the list of weights (empty unless asked).
+            logits [rows, tgt_len, tgt_vocab] ([rows, 1, tgt_vocab] if ``last_only``) and the
+            list of weights (empty unless asked).
         """
         y = self.tgt_pos(self.tgt_embed(tgt_in))
         y, weights = self.decoder(y, cross_kv, src_mask, need_weights=need_weights)
-        return self._logits(y), weights
+        return self._logits(y[:, -1:] if last_only else y), weights
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher-forced pass: src [batch, src_len], tgt_in [batch, tgt_len] -> logits [batch, tgt_len, V].

@@ -58,8 +58,8 @@ def _step(model: Transformer, tokens: Tensor, state: DecoderState | _RecomputeSt
         logits = model.decode_step(tokens, state)
     else:
         state.prefix = torch.cat([state.prefix, tokens[:, None]], dim=1)
-        logits, _ = model.decode(state.prefix, model.project_memory(state.memory), state.src_mask)
-        logits = logits[:, -1]
+        cross_kv = model.project_memory(state.memory)
+        logits = model.decode(state.prefix, cross_kv, state.src_mask, last_only=True)[0][:, 0]
     return logits
 
 
