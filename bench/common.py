@@ -110,7 +110,7 @@ def _fmt(value: object) -> str:
 
 def write_json(name: str, data: dict) -> Path:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"{name}.json"
+    path = RESULTS_DIR / (name if name.endswith(".json") else f"{name}.json")  # a name or a path
     path.write_text(json.dumps(data, indent=2, default=str) + "\n")
     print(f"results written to {path}")
     return path
