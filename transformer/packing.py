@@ -19,11 +19,14 @@ through ``weight.data`` bypass that counter: call ``pack_for_inference()`` again
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 
+@functools.cache  # asked at every linear call while decoding
 def packing_available() -> bool:
     """Whether this PyTorch build has the oneDNN operators packing needs."""
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
@@ -71,9 +74,8 @@ class PackedLinears:
             y = F.linear(x, weight, bias)
             return F.relu(y) if relu else y
         packed, packed_bias = self._pack(name, weight, bias, dtype)
-        if relu:
-            return torch.ops.mkldnn._linear_pointwise(x.to(dtype), packed, packed_bias, "relu", [None], "")
-        return torch.ops.mkldnn._linear_pointwise(x.to(dtype), packed, packed_bias, "none", [], "")
+        attr, scalars = ("relu", [None]) if relu else ("none", [])
+        return torch.ops.mkldnn._linear_pointwise(x.to(dtype), packed, packed_bias, attr, scalars, "")
 
     def _packed_dtype(self, x: Tensor, weight: Tensor) -> torch.dtype | None:
         """The dtype to compute in with packed weights, or None for ``F.linear``."""
