@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from training.checkpoint import CheckpointError, load_translator
 from training.translator import SearchOptions, Translation, Translator, read_lines
+from training.workers import WorkerPool
 
 logger = logging.getLogger("translate")
 
@@ -140,7 +141,19 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: float32)",
     )
     run.add_argument(
-        "--threads", type=int, metavar="N", help="CPU threads for torch (default: torch's choice)"
+        "--threads",
+        type=int,
+        metavar="N",
+        help="CPU threads for torch, in each worker with --workers (default: torch's choice; 1 per worker)",
+    )
+    run.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="CPU only: search the batches in N processes of --threads threads each, a copy of the "
+        "model in each; --workers 2 --threads 1 on 2 cores beat one process of 2 threads "
+        "(BENCHMARKS.md). Start-up takes a few seconds (default: 1, this process)",
     )
     run.add_argument("--quiet", action="store_true", help="no progress bar, no info messages; warnings stay")
     attention = parser.add_argument_group("attention plots")
@@ -173,6 +186,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.threads is not None and args.threads < 1:
         parser.error("--threads must be at least 1")
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
     if args.greedy and args.nbest > 1:
         parser.error("--nbest > 1 needs beam search: drop --greedy")
     if args.greedy and args.nbest_output:
@@ -280,8 +295,19 @@ def stderr_logging(quiet: bool) -> Iterator[None]:
         root.setLevel(old_level)
 
 
+@contextmanager
+def worker_pool(translator: Translator, workers: int, threads: int | None) -> Iterator[WorkerPool | None]:
+    """``workers`` processes of ``threads`` threads (default 1) each; None for one (this process)."""
+    if workers == 1:
+        yield None
+        return
+    logger.info("starting %d worker processes of %d thread(s) each", workers, threads or 1)
+    with WorkerPool(translator.model, workers, threads or 1) as pool:
+        yield pool
+
+
 def run(args: argparse.Namespace) -> None:
-    if args.threads is not None:
+    if args.threads is not None and args.workers == 1:
         torch.set_num_threads(args.threads)
     # Files first (cheap, and a typo is reported at once), then the model, then stdin: an
     # interactive user learns about a bad checkpoint before typing.
@@ -292,6 +318,8 @@ def run(args: argparse.Namespace) -> None:
         translator = load_translator(args.checkpoint, args.device, DTYPES[args.dtype])
     except ValueError as err:  # the device
         raise UsageError(str(err)) from None
+    if args.workers > 1 and translator.device.type != "cpu":
+        raise UsageError(f"--workers {args.workers} runs CPU processes; drop it or use --device cpu")
     logger.info(
         "loaded %s: %s -> %s, %d parameters, on %s in %s",
         args.checkpoint,
@@ -323,8 +351,11 @@ def run(args: argparse.Namespace) -> None:
     sources = translator.encode_sources(lines, name)
     n_real = sum(1 for s in sources if s)
     show = not args.quiet and sys.stderr.isatty()
-    with tqdm(total=n_real, unit="sent", file=sys.stderr, disable=not show, desc="translate") as bar:
-        results = translator.translate_ids(sources, options, args.max_tokens, progress=bar.update)
+    with (
+        worker_pool(translator, args.workers, args.threads) as pool,
+        tqdm(total=n_real, unit="sent", file=sys.stderr, disable=not show, desc="translate") as bar,
+    ):
+        results = translator.translate_ids(sources, options, args.max_tokens, progress=bar.update, pool=pool)
     seconds = time.perf_counter() - start
     hypotheses = [hyps[0].text if hyps else "" for hyps in results]
     write_lines(hypotheses, args.output)

@@ -271,6 +271,25 @@ def test_sentences_as_arguments(toy_checkpoint: Path, capsysbinary: pytest.Captu
     assert captured.out == b"a dog runs\nchild woman\n\n"
 
 
+def test_two_workers_give_the_same_lines(toy_checkpoint: Path, capsysbinary: pytest.CaptureFixture) -> None:
+    # --max-tokens 8: several batches, so both worker processes translate some.
+    common = [
+        "--checkpoint",
+        str(toy_checkpoint),
+        "--quiet",
+        "--max-tokens",
+        "8",
+        "--nbest",
+        "2",
+        *TEST_SOURCES,
+    ]
+    assert translate.main(common) == 0
+    one = capsysbinary.readouterr().out
+    assert translate.main([*common, "--workers", "2", "--threads", "1"]) == 0
+    two = capsysbinary.readouterr().out
+    assert two == one and len(lines_of(two)) == len(TEST_SOURCES)
+
+
 def test_bfloat16_weights_translate_the_toy_task(
     toy_checkpoint: Path, capsysbinary: pytest.CaptureFixture
 ) -> None:
@@ -346,6 +365,7 @@ def test_reference_count_mismatch_is_an_error(
         (["--beam-size", "2", "--nbest", "3"], "--nbest 3 is larger than --beam-size 2"),
         (["--greedy", "--nbest-output", "x.tsv"], "--nbest-output needs beam search"),
         (["--max-tokens", "0"], "--max-tokens must be at least 1"),
+        (["--workers", "0"], "--workers must be at least 1"),
         (["--input", "a.txt", "ein hund"], "not both"),
     ],
 )

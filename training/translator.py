@@ -20,6 +20,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from training.workers import WorkerPool
 from transformer import Transformer
 from transformer.search import beam_search, greedy_search
 
@@ -188,6 +189,36 @@ class Translation:
     log_prob: float
 
 
+def search_batch(
+    model: Transformer, job: tuple[Tensor, SearchOptions, int, int]
+) -> list[list[tuple[list[int], float, float]]]:
+    """One batch's search, as a :class:`~training.workers.WorkerPool` job or in-process.
+
+    Args:
+        model: the model, in eval mode.
+        job: ``(src, options, bos_id, eos_id)``, src [batch, src_len] with EOS, right-padded.
+
+    Returns:
+        Per sentence, ``(tokens, score, log_prob)`` of up to ``options.nbest`` hypotheses, best first
+        (NaN scores for greedy search).
+    """
+    src, options, bos_id, eos_id = job
+    common = dict(
+        bos_id=bos_id,
+        eos_id=eos_id,
+        max_len_a=options.max_len_a,
+        max_len_b=options.max_len_b,
+        use_cache=options.use_cache,
+    )
+    with torch.no_grad():
+        if options.greedy:
+            return [[(out, math.nan, math.nan)] for out in greedy_search(model, src, **common)]
+        hyps = beam_search(
+            model, src, beam_size=options.beam_size, nbest=options.nbest, alpha=options.alpha, **common
+        )
+    return [[(h.tokens, h.score, h.log_prob) for h in per_sentence] for per_sentence in hyps]
+
+
 class Translator:
     """A model in eval mode with its tokenizers: sentences in, ranked translations out.
 
@@ -255,22 +286,6 @@ class Translator:
         rows = [s + [self.eos_id] + [self.pad_id] * (width - len(s) - 1) for s in sources]
         return torch.tensor(rows, dtype=torch.long, device=self.device)
 
-    def _search(self, src: Tensor, options: SearchOptions) -> list[list[tuple[list[int], float, float]]]:
-        """src: [batch, src_len] -> per sentence, (tokens, score, log_prob) best first."""
-        common = dict(
-            bos_id=self.bos_id,
-            eos_id=self.eos_id,
-            max_len_a=options.max_len_a,
-            max_len_b=options.max_len_b,
-            use_cache=options.use_cache,
-        )
-        if options.greedy:
-            return [[(out, math.nan, math.nan)] for out in greedy_search(self.model, src, **common)]
-        hyps = beam_search(
-            self.model, src, beam_size=options.beam_size, nbest=options.nbest, alpha=options.alpha, **common
-        )
-        return [[(h.tokens, h.score, h.log_prob) for h in per_sentence] for per_sentence in hyps]
-
     @torch.no_grad()
     def translate_ids(
         self,
@@ -278,6 +293,7 @@ class Translator:
         options: SearchOptions,
         max_tokens: int = 4096,
         progress: Callable[[int], None] | None = None,
+        pool: WorkerPool | None = None,
     ) -> list[list[Translation]]:
         """Translate subword sources in batches of at most ``max_tokens`` padded source tokens.
 
@@ -286,6 +302,8 @@ class Translator:
             options: search settings.
             max_tokens: budget of padded source tokens (EOS included) per batch.
             progress: called with the number of sentences finished after each batch.
+            pool: worker processes that search the batches (each with its own copy of this
+                model); None searches here.
 
         Returns:
             ``n`` lists of up to ``options.nbest`` translations, best first, in input order; an
@@ -293,9 +311,20 @@ class Translator:
         """
         results: list[list[Translation]] = [[] for _ in sources]
         todo = [i for i, s in enumerate(sources) if s]
-        for batch in token_batches([len(sources[i]) + 1 for i in todo], max_tokens):
-            indices = [todo[j] for j in batch]
-            found = self._search(self._batch([sources[i] for i in indices]), options)
+        batches = [
+            [todo[j] for j in batch]
+            for batch in token_batches([len(sources[i]) + 1 for i in todo], max_tokens)
+        ]
+        jobs = (
+            (self._batch([sources[i] for i in indices]), options, self.bos_id, self.eos_id)
+            for indices in batches
+        )
+        if pool is None:
+            found_per_batch = enumerate(search_batch(self.model, job) for job in jobs)
+        else:
+            found_per_batch = pool.imap_unordered(search_batch, list(jobs))
+        for b, found in found_per_batch:
+            indices = batches[b]
             for i, hyps in zip(indices, found, strict=True):
                 texts = self.tgt_tokenizer.decode([tokens for tokens, _, _ in hyps])
                 results[i] = [

@@ -8,6 +8,7 @@ import random
 import pytest
 import torch
 
+import training.translator as translator_module
 from data.tokenizer import SubwordTokenizer
 from tests.toy_text import LEXICON, toy_pairs, train_word_spm
 from tests.transformer.helpers import tiny_model
@@ -148,13 +149,13 @@ def test_nbest_is_sorted_and_in_input_order(tokenizers) -> None:
 def test_empty_lines_never_reach_the_model(tokenizers, monkeypatch: pytest.MonkeyPatch) -> None:
     translator = make_translator(tokenizers)
     seen: list[int] = []
-    search = translator._search
+    search = translator_module.search_batch
 
-    def counting(src: torch.Tensor, options: SearchOptions):
-        seen.append(src.size(0))
-        return search(src, options)
+    def counting(model: torch.nn.Module, job: tuple):
+        seen.append(job[0].size(0))
+        return search(model, job)
 
-    monkeypatch.setattr(translator, "_search", counting)
+    monkeypatch.setattr(translator_module, "search_batch", counting)
     assert translator.translate(["", " \t ", "\x0c\u2028"], SearchOptions(greedy=True)) == ["", "", ""]
     assert seen == []
     out = translator.translate(["", "hund", "  "], SearchOptions(greedy=True))
