@@ -169,9 +169,9 @@ def find_checkpoint(name: str, which: str = "averaged") -> Path | None:
     return Path(found[-1]) if found else None
 
 
-def peak_rss_mib() -> float:
-    """This process's peak resident memory so far (VmHWM), MiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
+def peak_rss_mib(pid: int | str = "self") -> float:
+    """Peak resident memory so far (VmHWM) of this process or of process ``pid``, MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")

@@ -18,12 +18,18 @@ import multiprocessing as mp
 from multiprocessing.connection import Connection
 
 
-def _serve(conn: Connection, model_dir: str, threads: int) -> None:
-    """Child: load the model, then translate each request until None arrives."""
+def _serve(conn: Connection, model_dir: str, threads: int, workers: int) -> None:
+    """Child: load the model, then translate each request until None arrives.
+
+    A request is ``(batches, options)``: a list of batches, each a list of token lists. They are
+    all submitted at once (``asynchronous=True``), so with ``workers`` > 1 CTranslate2 runs that
+    many at a time, each with ``threads`` threads; the batches are kept as they are
+    (``max_batch_size=0``).
+    """
     import ctranslate2
 
     translator = ctranslate2.Translator(
-        model_dir, device="cpu", compute_type="float32", intra_threads=threads, inter_threads=1
+        model_dir, device="cpu", compute_type="float32", intra_threads=threads, inter_threads=workers
     )
     conn.send("ready")
     while True:
@@ -33,26 +39,31 @@ def _serve(conn: Connection, model_dir: str, threads: int) -> None:
             return
         if request is None:
             return
-        tokens, options = request
-        results = translator.translate_batch(tokens, **options)
-        conn.send([r.hypotheses[0] for r in results])
+        batches, options = request
+        pending = [
+            translator.translate_batch(b, asynchronous=True, max_batch_size=0, **options) for b in batches
+        ]
+        conn.send([[r.result().hypotheses[0] for r in batch] for batch in pending])
 
 
 class CT2Worker:
-    """A CTranslate2 ``Translator`` (float32, CPU) running in a spawned child process."""
+    """A CTranslate2 ``Translator`` (float32, CPU) running in a spawned child process.
 
-    def __init__(self, model_dir: str, threads: int) -> None:
+    ``threads``: its ``intra_threads``; ``workers``: its ``inter_threads`` (batches run at once).
+    """
+
+    def __init__(self, model_dir: str, threads: int, workers: int = 1) -> None:
         ctx = mp.get_context("spawn")  # a fresh interpreter: no PyTorch thread pools inherited
         self._conn, child = ctx.Pipe()
-        self._process = ctx.Process(target=_serve, args=(child, model_dir, threads), daemon=True)
+        self._process = ctx.Process(target=_serve, args=(child, model_dir, threads, workers), daemon=True)
         self._process.start()
         if self._conn.recv() != "ready":
             raise RuntimeError("the CTranslate2 worker did not start")
         atexit.register(self.close)
 
-    def translate_batch(self, tokens: list[list[str]], **options: object) -> list[list[str]]:
-        """Best hypothesis (tokens) per source, as ``Translator.translate_batch`` gives it."""
-        self._conn.send((tokens, options))
+    def translate_batches(self, batches: list[list[list[str]]], **options: object) -> list[list[list[str]]]:
+        """Per batch, the best hypothesis (tokens) per source, as ``Translator.translate_batch`` gives it."""
+        self._conn.send((batches, options))
         return self._conn.recv()
 
     def close(self) -> None:

@@ -1,4 +1,4 @@
-"""Decoding speed: our greedy / beam search against the peers, side by side in one process.
+"""Decoding speed: our greedy / beam search against the peers, side by side in one run.
 
     python bench/decode_speed.py                          # random workload + test_2016_flickr
     python bench/decode_speed.py --workloads random       # random weights only (no checkpoint needed)
@@ -13,9 +13,17 @@ Systems (all at ``--threads`` threads, float32, batch 32, the same batches in th
   copied in (``bench/peers.py``), its default attention (SDPA), ``use_cache=True``;
 * ``CT2 fp32``: ``ctranslate2.Translator`` on our weights converted to a ``TransformerSpec``
   (``compute_type="float32"``, ``intra_threads=threads``, ``inter_threads=1``), in a child
-  process of its own (``bench/ct2_worker.py`` says why), called one batch at a time;
+  process of its own (``bench/ct2_worker.py`` says why);
+* ``ours 2x1``: ours in ``threads`` worker processes of 1 thread each (``training/workers.py``,
+  ``translate.py --workers``), every batch handed out at once, a free worker taking the next;
+* ``CT2 fp32 2x1``: CTranslate2 with ``intra_threads=1, inter_threads=threads`` (its own way of
+  running batches side by side), every batch submitted at once (``asynchronous=True``);
 * optional: ``ours bf16`` (the model's weights in bfloat16, as ``translate.py --dtype bfloat16``
-  runs it; beam scores in fp32) and ``ours compiled`` (``torch.compile`` on the decoder).
+  runs it; beam scores in fp32), ``ours bf16 2x1`` (the same in worker processes) and
+  ``ours compiled`` (``torch.compile`` on the decoder).
+
+(``2x1`` stands for ``<threads>x1``.) The worker systems get every batch in one call, so their
+timing covers handing the batches out and collecting them; their processes start before timing.
 
 Workloads:
 
@@ -41,7 +49,9 @@ process measures the peak memory of ``Translator.translate`` (text in, text out)
 from __future__ import annotations
 
 import argparse
+import atexit
 import copy
+import itertools
 import json
 import math
 import subprocess
@@ -71,6 +81,7 @@ from bench.common import (  # noqa: E402
 )
 from bench.ct2_worker import CT2Worker  # noqa: E402
 from bench.peers import ct2_to_ids, ids_to_ct2, to_ctranslate2, to_marian  # noqa: E402
+from training.workers import WorkerPool  # noqa: E402
 from transformer import Transformer, TransformerConfig  # noqa: E402
 from transformer.search import beam_search, greedy_search  # noqa: E402
 
@@ -100,6 +111,21 @@ def _strip_hf(row: list[int]) -> list[int]:
 
 
 # ----------------------------------------------------------------------------- systems
+
+
+def whole_workload(fn: Callable[[list[Batch], int], list[list[int]]]) -> Callable:
+    """Marks a system that takes every batch in one call (its workers share them out)."""
+    fn.whole_workload = True
+    return fn
+
+
+def search_job(model: Transformer, job: tuple[torch.Tensor, int, int, int]) -> list[list[int]]:
+    """A worker's job: ``(src, beam, max output tokens, min output tokens)`` -> output ids per sentence."""
+    src, beam, n, least = job
+    if beam == 1:
+        return greedy_search(model, src, BOS, EOS, 0.0, n, min_len=least)
+    hyps = beam_search(model, src, BOS, EOS, beam, 1, ALPHA, 0.0, n, min_len=least)
+    return [h[0].tokens for h in hyps]
 
 
 def make_systems(
@@ -145,26 +171,49 @@ def make_systems(
         )
         return [_strip_hf(row) for row in out.tolist()]
 
-    def ct2_run(batch: Batch, beam: int) -> list[list[int]]:
-        n = limit(batch)
-        results = ct2.translate_batch(
-            batch.ct2,
-            beam_size=beam,
-            length_penalty=ALPHA,
-            max_decoding_length=n,
-            min_decoding_length=n if forced else 0,
-            max_batch_size=0,
-        )
-        return [ct2_to_ids(hyp) for hyp in results]
+    def ct2_fn(worker: CT2Worker) -> Callable:
+        def run(batches: list[Batch], beam: int) -> list[list[int]]:
+            # Batches of one length limit go together (the random workload: all of them).
+            out: list[list[int]] = []
+            for n, group in itertools.groupby(batches, key=limit):
+                group = list(group)
+                results = worker.translate_batches(
+                    [b.ct2 for b in group],
+                    beam_size=beam,
+                    length_penalty=ALPHA,
+                    max_decoding_length=n,
+                    min_decoding_length=n if forced else 0,
+                )
+                out.extend(ct2_to_ids(hyp) for batch in results for hyp in batch)
+            return out
 
+        return whole_workload(run)
+
+    def workers_fn(pool: WorkerPool) -> Callable:
+        def run(batches: list[Batch], beam: int) -> list[list[int]]:
+            jobs = [(b.src, beam, limit(b), forced or 0) for b in batches]
+            done = dict(pool.imap_unordered(search_job, jobs))
+            return [tokens for i in range(len(batches)) for tokens in done[i]]
+
+        return run
+
+    ct2_workers = CT2Worker(str(ct2_dir), 1, threads)
+    pool = WorkerPool(model, workers=threads, threads=1)
+    atexit.register(pool.close)
     systems = {
         "ours": ours_fn(model),
         "ours uncached": ours_fn(model, use_cache=False),
         "HF generate": hf_run,
-        "CT2 fp32": ct2_run,
+        "CT2 fp32": ct2_fn(ct2),
+        f"ours {threads}x1": whole_workload(workers_fn(pool)),
+        f"CT2 fp32 {threads}x1": ct2_fn(ct2_workers),
     }
     if "bf16" in extra:
-        systems["ours bf16"] = ours_fn(copy.deepcopy(model).to(torch.bfloat16).pack_for_inference())
+        bf16 = copy.deepcopy(model).to(torch.bfloat16).pack_for_inference()
+        systems["ours bf16"] = ours_fn(bf16)
+        bf16_pool = WorkerPool(bf16, workers=threads, threads=1)
+        atexit.register(bf16_pool.close)
+        systems[f"ours bf16 {threads}x1"] = whole_workload(workers_fn(bf16_pool))
     if "compile" in extra:
         compiled = copy.deepcopy(model)
         compiled.decoder = torch.compile(compiled.decoder, dynamic=True)
@@ -191,7 +240,9 @@ def run_workload(
     for name in list(names):
         start = time.perf_counter()
         try:
-            systems[name](batches[0], beam)
+            systems[name](
+                [batches[0]] if getattr(systems[name], "whole_workload", False) else batches[0], beam
+            )
         except Exception as err:  # torch.compile may fail on a machine without a working compiler
             if name != "ours compiled":
                 raise
@@ -210,8 +261,11 @@ def run_workload(
                 continue
             out: list[list[int]] = []
             start = time.perf_counter()
-            for batch in batches:
-                out.extend(systems[name](batch, beam))
+            if getattr(systems[name], "whole_workload", False):
+                out = systems[name](batches, beam)
+            else:
+                for batch in batches:
+                    out.extend(systems[name](batch, beam))
             times[name].append(time.perf_counter() - start)
             outputs[name] = out
         print(
@@ -324,15 +378,26 @@ def memory_child(checkpoint: str, threads: int, beam: int, limit: int = 0) -> No
     start = time.perf_counter()
     translator.translate(texts, SearchOptions(beam_size=beam))
     seconds = time.perf_counter() - start
+    peak = peak_rss_mib()
+    # The same with `threads` single-thread worker processes (translate.py --workers), start-up included.
+    start = time.perf_counter()
+    with WorkerPool(translator.model, workers=threads, threads=1) as pool:
+        sources = translator.encode_sources(texts)
+        translator.translate_ids(sources, SearchOptions(beam_size=beam), pool=pool)
+        pool_seconds = time.perf_counter() - start
+        worker_peaks = [peak_rss_mib(pid) for pid in pool.pids]
     print(
         json.dumps(
             {
                 "rss_before_load_mib": base,
                 "rss_after_load_and_warmup_mib": loaded,
-                "peak_rss_mib": peak_rss_mib(),
+                "peak_rss_mib": peak,
                 "peak_is_of_translate_only": reset,
                 "seconds": seconds,
                 "sentences_per_s_text_to_text": len(texts) / seconds,
+                "workers": threads,
+                "workers_peak_rss_mib": worker_peaks,
+                "workers_seconds_with_startup": pool_seconds,
             }
         )
     )

@@ -41,6 +41,10 @@ def _start_worker(model: Transformer, threads: int) -> None:
     _MODEL = model.eval().pack_for_inference()
 
 
+def _ready() -> None:
+    """A job that only makes a worker start."""
+
+
 def _call(fn: Callable[..., Any], item: Any) -> Any:  # noqa: ANN401
     """Runs in a worker: ``fn(model, item)``."""
     if _MODEL is None:
@@ -78,6 +82,10 @@ class WorkerPool:
             initializer=_start_worker,
             initargs=(model, threads),
         )
+        # One job each now: the executor starts a process per job that finds none idle, so all
+        # of them start at once, while the caller goes on (reading input, tokenizing).
+        for _ in range(workers):
+            self._executor.submit(_ready)
 
     def imap_unordered(
         self, fn: Callable[[Transformer, Item], Result], items: Iterable[Item]
@@ -101,6 +109,11 @@ class WorkerPool:
         finally:
             for future in futures:
                 future.cancel()  # after an error or an abandoned loop: drop the batches not started
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the workers started so far (to watch their memory, for instance)."""
+        return sorted(self._executor._processes or {})
 
     def close(self, wait: bool = True) -> None:
         """Stops the workers; ``wait=False`` does not wait for running batches."""
