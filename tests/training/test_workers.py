@@ -7,8 +7,10 @@ tests that translate.
 from __future__ import annotations
 
 import functools
+import os
 import time
 from collections.abc import Iterator
+from concurrent.futures.process import BrokenProcessPool
 
 import pytest
 import torch
@@ -97,3 +99,14 @@ def test_bad_settings_are_errors(translator: Translator) -> None:
         WorkerPool(translator.model, workers=0)
     with pytest.raises(ValueError, match="threads per worker must be at least 1"):
         WorkerPool(translator.model, workers=2, threads=0)
+
+
+def exit_process(model: torch.nn.Module, code: int) -> None:
+    """A job that kills its worker, as the out-of-memory killer would."""
+    os._exit(code)
+
+
+def test_a_dead_worker_is_an_error_not_a_hang(translator: Translator) -> None:
+    with WorkerPool(translator.model, workers=1) as dying:  # its own pool: this one breaks
+        with pytest.raises(BrokenProcessPool):
+            list(dying.imap_unordered(exit_process, [3]))
