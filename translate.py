@@ -18,6 +18,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -153,8 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="CPU only: search the batches in N processes of --threads threads each, a copy of the "
         "model in each. With batches of 32 sentences, two 1-thread workers decoded 1.25-1.6x faster "
-        "than one 2-thread process on 2 cores; with the default --max-tokens the one process's big "
-        "batches are about as fast, and start-up takes ~2 s (BENCHMARKS.md) "
+        "than one 2-thread process on 2 cores; with the default --max-tokens one process is about "
+        "as fast for beam search and faster for greedy, as start-up takes ~2 s (BENCHMARKS.md) "
         "(default: 1, this process)",
     )
     run.add_argument("--quiet", action="store_true", help="no progress bar, no info messages; warnings stay")
@@ -331,6 +332,13 @@ def run(args: argparse.Namespace) -> None:
         translator.device,
         args.dtype,
     )
+    # Workers start now, in the background, while the input is read and tokenized.
+    with worker_pool(translator, args.workers, args.threads) as pool:
+        translate_input(args, translator, pool)
+
+
+def translate_input(args: argparse.Namespace, translator: Translator, pool: WorkerPool | None) -> None:
+    """Reads the input, translates it (in ``pool`` if given) and writes every output asked for."""
     lines, name = read_input(args)
     references = None
     if args.references:
@@ -353,10 +361,7 @@ def run(args: argparse.Namespace) -> None:
     sources = translator.encode_sources(lines, name)
     n_real = sum(1 for s in sources if s)
     show = not args.quiet and sys.stderr.isatty()
-    with (
-        worker_pool(translator, args.workers, args.threads) as pool,
-        tqdm(total=n_real, unit="sent", file=sys.stderr, disable=not show, desc="translate") as bar,
-    ):
+    with tqdm(total=n_real, unit="sent", file=sys.stderr, disable=not show, desc="translate") as bar:
         results = translator.translate_ids(sources, options, args.max_tokens, progress=bar.update, pool=pool)
     seconds = time.perf_counter() - start
     hypotheses = [hyps[0].text if hyps else "" for hyps in results]
@@ -400,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
             message = " ".join(str(err).split("\n"))
             sys.stderr.write(f"{PROG}: error: {what}{message}\n")
             return 2
+        except BrokenProcessPool as err:
+            sys.stderr.write(f"{PROG}: error: a worker process died (out of memory?): {err}\n")
+            return 1
         except BrokenPipeError:  # e.g. piped into `head`: stop quietly
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 141

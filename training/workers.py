@@ -3,29 +3,38 @@
 Decoding runs one small step after another: per step a few matmuls of ``beam * batch`` rows and
 dozens of small operators, each too small for two threads to share well. Two processes of one
 thread each, every one decoding its own batches, keep two cores busier than one process of two
-threads (CTranslate2's ``inter_threads`` does the same); BENCHMARKS.md has the figures. It needs
-several batches per worker: a few big ones leave a worker idle at the end.
+threads (CTranslate2's ``inter_threads`` does the same); BENCHMARKS.md has the figures. It pays
+with small batches (32 sentences: 1.25-1.6x). With translate.py's default 4,096-token batches one
+process's matmuls are big enough for two threads: beam 5 is about even and greedy slower, the
+~2 s start-up included. A worker needs several batches: a few big ones leave one idle at the end.
 
 Each worker is a spawned interpreter (not a fork: forking a process whose OpenMP and oneDNN
-thread pools have run is unsafe) holding its own copy of the model, so start-up costs ~2 s and
-memory grows by one process per worker. It pays with small batches (batches of 32 sentences:
-1.25-1.6x); a single process given big batches (translate.py's default 4,096 tokens) is about as
-fast, its matmuls then being big enough for two threads. Batches go to whichever worker is free. A worker that raises hands the exception to the
-caller; one that dies (killed, out of memory) makes the pool raise ``BrokenProcessPool`` instead
-of waiting forever.
+thread pools have run is unsafe) that loads its own copy of the model from bytes made with
+``torch.save`` (pickling the module itself would move the caller's weights into shared memory).
+Memory grows by one process per worker. Batches go to whichever worker is free. A worker that
+raises hands the exception to the caller; one that dies (killed, out of memory) makes the pool
+raise ``BrokenProcessPool`` instead of waiting forever. Leaving the pool after an error (Ctrl-C
+included) kills the workers at once, and a worker whose parent is gone exits by itself.
 """
 
 from __future__ import annotations
 
+import io
 import multiprocessing as mp
+import os
+import queue
 import signal
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from multiprocessing.connection import wait
 from typing import Any, TypeVar
 
 import torch
 
 from transformer import Transformer
+from transformer.search import greedy_search
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -33,13 +42,33 @@ Result = TypeVar("Result")
 _MODEL: Transformer | None = None  # the worker process's copy of the model
 
 
-def _start_worker(model: Transformer, threads: int) -> None:
-    """Runs once in each worker: keeps the model, packed for inference, at ``threads`` threads."""
+def _exit_with_parent() -> None:
+    """Worker: a daemon thread that ends this process once the parent process is gone."""
+    parent = mp.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        wait([parent.sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
+
+
+def _start_worker(model_bytes: bytes, threads: int, ready: mp.Queue) -> None:
+    """Runs once in each worker: loads the model, packs its weights, then reports its pid."""
     global _MODEL
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the pool
+    _exit_with_parent()
     torch.set_num_threads(threads)
     torch.set_grad_enabled(False)
-    _MODEL = model.eval().pack_for_inference()
+    model = torch.load(io.BytesIO(model_bytes), weights_only=False)  # bytes made by our parent
+    model.eval().pack_for_inference()
+    # One tiny search packs every weight matrix now (packing is lazy), not in the first batch.
+    token = (model.cfg.pad_id + 1) % model.cfg.src_vocab_size
+    greedy_search(model, torch.tensor([[token, token]]), token, token, max_len_a=0.0, max_len_b=1)
+    _MODEL = model
+    ready.put(os.getpid())
 
 
 def _ready() -> None:
@@ -56,11 +85,13 @@ def _call(fn: Callable[..., Any], item: Any) -> Any:  # noqa: ANN401
 class WorkerPool:
     """``workers`` spawned CPU processes, each with a copy of ``model`` and ``threads`` threads.
 
-    Use it as a context manager; leaving the block stops the workers (at once after an error).
+    The workers start at once, in the background; :meth:`wait_ready` waits for them. Use the
+    pool as a context manager: leaving the block stops the workers, and kills them after an
+    error (a Ctrl-C included).
 
     Args:
-        model: a CPU model; each worker gets a pickled copy (packed weights are not sent: they
-            are packed again there).
+        model: a CPU model; each worker loads a copy (packed weights are not sent: each worker
+            packs its own). The caller's model is left as it is.
         workers: number of processes (at least 1).
         threads: torch threads in each process (at least 1).
 
@@ -77,16 +108,50 @@ class WorkerPool:
         if device.type != "cpu":
             raise ValueError(f"worker processes decode on the CPU; the model is on {device}")
         self.workers, self.threads = workers, threads
+        buffer = io.BytesIO()
+        torch.save(model, buffer)
+        context = mp.get_context("spawn")
+        self._ready: mp.Queue = context.Queue()
+        self._pids: list[int] = []
         self._executor = ProcessPoolExecutor(
             max_workers=workers,
-            mp_context=mp.get_context("spawn"),
+            mp_context=context,
             initializer=_start_worker,
-            initargs=(model, threads),
+            initargs=(buffer.getvalue(), threads, self._ready),
         )
-        # One job each now: the executor starts a process per job that finds none idle, so all
-        # of them start at once, while the caller goes on (reading input, tokenizing).
-        for _ in range(workers):
-            self._executor.submit(_ready)
+        try:
+            # One job each: the executor starts a process for every job that finds no idle
+            # worker, so all of them start now, while the caller goes on.
+            self._started = [self._executor.submit(_ready) for _ in range(workers)]
+        except BaseException:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            raise
+
+    def wait_ready(self, timeout: float | None = None) -> list[int]:
+        """Waits until every worker has loaded and packed its model; returns their pids.
+
+        Raises:
+            TimeoutError: not all ready after ``timeout`` seconds.
+            The error of a worker that failed to start (``BrokenProcessPool`` if it died).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while len(self._pids) < self.workers:
+            try:
+                self._pids.append(self._ready.get(timeout=0.5))
+                continue
+            except queue.Empty:
+                pass
+            for future in self._started:
+                if future.done() and future.exception() is not None:
+                    raise future.exception()
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"{len(self._pids)} of {self.workers} workers ready after {timeout} s")
+        return list(self._pids)
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the workers (waits until all have started)."""
+        return self.wait_ready()
 
     def imap_unordered(
         self, fn: Callable[[Transformer, Item], Result], items: Iterable[Item]
@@ -111,17 +176,29 @@ class WorkerPool:
             for future in futures:
                 future.cancel()  # after an error or an abandoned loop: drop the batches not started
 
-    @property
-    def pids(self) -> list[int]:
-        """Process ids of the workers started so far (to watch their memory, for instance)."""
-        return sorted(self._executor._processes or {})
+    def close(self) -> None:
+        """Stops the workers once their running batches are done."""
+        self._executor.shutdown(wait=True, cancel_futures=True)
 
-    def close(self, wait: bool = True) -> None:
-        """Stops the workers; ``wait=False`` does not wait for running batches."""
-        self._executor.shutdown(wait=wait, cancel_futures=True)
+    def kill(self) -> None:
+        """Stops the workers at once (their running batches are lost)."""
+        while True:  # pids of workers that became ready since the last look
+            try:
+                self._pids.append(self._ready.get_nowait())
+            except queue.Empty:
+                break
+        for pid in self._pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> WorkerPool:
         return self
 
     def __exit__(self, exc_type: type | None, *_: object) -> None:
-        self.close(wait=exc_type is None)
+        if exc_type is None:
+            self.close()
+        else:
+            self.kill()

@@ -6,11 +6,15 @@ tests that translate.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 
 import pytest
 import torch
@@ -38,6 +42,7 @@ def translator() -> Translator:
 @pytest.fixture(scope="module")
 def pool(translator: Translator) -> Iterator[WorkerPool]:
     with WorkerPool(translator.model, workers=2, threads=1) as workers:
+        workers.wait_ready(timeout=120)  # both up, so that jobs are shared from the start
         yield workers
 
 
@@ -64,17 +69,18 @@ def greedy_ids(model: torch.nn.Module, src: torch.Tensor, max_len: int) -> list[
         return greedy_search(model, src, 2, 3, max_len_a=0.0, max_len_b=max_len)
 
 
-def echo_after(model: torch.nn.Module, job: tuple[str, float]) -> str:
-    """Returns the job's name after sleeping its delay."""
+def echo_after(model: torch.nn.Module, job: tuple[str, float]) -> tuple[str, int]:
+    """Returns the job's name and the worker's pid after sleeping the job's delay."""
     time.sleep(job[1])
-    return job[0]
+    return job[0], os.getpid()
 
 
 def test_out_of_order_results_keep_their_index(pool: WorkerPool) -> None:
     jobs = [("slow", 1.0), ("a", 0.0), ("b", 0.0), ("c", 0.0)]
     finished = list(pool.imap_unordered(echo_after, jobs))
     assert [i for i, _ in finished] != [0, 1, 2, 3]  # the slow first job came back last
-    assert sorted(finished) == [(0, "slow"), (1, "a"), (2, "b"), (3, "c")]
+    assert sorted((i, name) for i, (name, _) in finished) == [(0, "slow"), (1, "a"), (2, "b"), (3, "c")]
+    assert {pid for _, (_, pid) in finished} == set(pool.pids)  # both workers took jobs
 
 
 def test_results_come_back_with_their_index(translator: Translator, pool: WorkerPool) -> None:
@@ -106,7 +112,71 @@ def exit_process(model: torch.nn.Module, code: int) -> None:
     os._exit(code)
 
 
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status
+
+
+def gone_within(pids: list[int], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while any(alive(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def test_a_dead_worker_is_an_error_not_a_hang(translator: Translator) -> None:
-    with WorkerPool(translator.model, workers=1) as dying:  # its own pool: this one breaks
-        with pytest.raises(BrokenProcessPool):
+    def run() -> None:
+        with WorkerPool(translator.model, workers=1) as dying:  # its own pool: this one breaks
             list(dying.imap_unordered(exit_process, [3]))
+
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:
+        with pytest.raises(BrokenProcessPool):
+            thread.submit(run).result(timeout=120)  # a hang fails the test instead of CI
+
+
+def test_leaving_after_an_error_kills_the_workers(translator: Translator) -> None:
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="non-negative"):
+        with WorkerPool(translator.model, workers=2) as workers:
+            pids = workers.wait_ready(timeout=120)
+            # One worker sleeps for a minute while the other fails: the pool must not wait.
+            list(workers.imap_unordered(echo_after, [("slow", 60.0), ("bad", -1.0)]))
+    assert time.monotonic() - start < 45
+    assert gone_within(pids, 10)
+
+
+def test_the_callers_model_stays_out_of_shared_memory(translator: Translator, pool: WorkerPool) -> None:
+    # Pickling the module for the workers would have moved its weights to /dev/shm.
+    assert not any(p.is_shared() for p in translator.model.parameters())
+
+
+ORPHAN_SCRIPT = """
+import os, signal, sys
+import torch
+from tests.transformer.helpers import tiny_model
+from training.workers import WorkerPool
+
+if __name__ == "__main__":
+    pool = WorkerPool(tiny_model(src_vocab_size=20, tgt_vocab_size=20), workers=2)
+    print(*pool.wait_ready(timeout=120), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # no clean-up at all
+"""
+
+
+def test_workers_exit_when_their_parent_is_killed(tmp_path: Path) -> None:
+    script = tmp_path / "orphan.py"
+    script.write_text(ORPHAN_SCRIPT)
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        [sys.executable, str(script)], cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    pids = [int(p) for p in result.stdout.split()]
+    assert len(pids) == 2, result.stderr
+    assert gone_within(pids, 10)
