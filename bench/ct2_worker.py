@@ -21,10 +21,10 @@ from multiprocessing.connection import Connection
 def _serve(conn: Connection, model_dir: str, threads: int, workers: int) -> None:
     """Child: load the model, then translate each request until None arrives.
 
-    A request is ``(batches, options)``: a list of batches, each a list of token lists. They are
-    all submitted at once (``asynchronous=True``), so with ``workers`` > 1 CTranslate2 runs that
-    many at a time, each with ``threads`` threads; the batches are kept as they are
-    (``max_batch_size=0``).
+    A request is a list of ``(batch, options)``: a batch is a list of token lists, its options
+    those of ``translate_batch`` (each batch may have its own length limit). All are submitted at
+    once (``asynchronous=True``), so with ``workers`` > 1 CTranslate2 runs that many at a time,
+    each with ``threads`` threads; the batches are kept as they are (``max_batch_size=0``).
     """
     import ctranslate2
 
@@ -39,9 +39,9 @@ def _serve(conn: Connection, model_dir: str, threads: int, workers: int) -> None
             return
         if request is None:
             return
-        batches, options = request
         pending = [
-            translator.translate_batch(b, asynchronous=True, max_batch_size=0, **options) for b in batches
+            translator.translate_batch(batch, asynchronous=True, max_batch_size=0, **options)
+            for batch, options in request
         ]
         conn.send([[r.result().hypotheses[0] for r in batch] for batch in pending])
 
@@ -61,9 +61,9 @@ class CT2Worker:
             raise RuntimeError("the CTranslate2 worker did not start")
         atexit.register(self.close)
 
-    def translate_batches(self, batches: list[list[list[str]]], **options: object) -> list[list[list[str]]]:
-        """Per batch, the best hypothesis (tokens) per source, as ``Translator.translate_batch`` gives it."""
-        self._conn.send((batches, options))
+    def translate_batches(self, requests: list[tuple[list[list[str]], dict]]) -> list[list[list[str]]]:
+        """Per ``(batch, options)``, the best hypothesis (tokens) per source, all submitted at once."""
+        self._conn.send(requests)
         return self._conn.recv()
 
     def close(self) -> None:

@@ -49,9 +49,7 @@ process measures the peak memory of ``Translator.translate`` (text in, text out)
 from __future__ import annotations
 
 import argparse
-import atexit
 import copy
-import itertools
 import json
 import math
 import subprocess
@@ -135,10 +133,14 @@ def make_systems(
     forced: int | None,
     extra: list[str],
     skip: list[str] = (),
+    closers: list[Callable[[], None]] | None = None,
 ) -> dict[str, Callable[[Batch, int], list[list[int]]]]:
-    """name -> fn(batch, beam) returning output ids per sentence (no BOS/EOS); ``skip``: names left out."""
-    hf = to_marian(model, BOS, EOS)
-    ct2 = CT2Worker(str(ct2_dir), threads)  # a child process: see bench/ct2_worker.py
+    """name -> fn(batch, beam) returning output ids per sentence (no BOS/EOS).
+
+    ``skip``: names left out (never built); ``closers``: gets a function per worker process
+    group started, to stop them once the workload is done.
+    """
+    closers = [] if closers is None else closers
 
     def limit(batch: Batch) -> int:
         """Most output tokens of every sentence in the batch, the same in every system."""
@@ -155,6 +157,8 @@ def make_systems(
             return [h[0].tokens for h in hyps]
 
         return run
+
+    hf = to_marian(model, BOS, EOS) if "HF generate" not in skip else None
 
     @torch.no_grad()
     def hf_run(batch: Batch, beam: int) -> list[list[int]]:
@@ -173,19 +177,21 @@ def make_systems(
 
     def ct2_fn(worker: CT2Worker) -> Callable:
         def run(batches: list[Batch], beam: int) -> list[list[int]]:
-            # Batches of one length limit go together (the random workload: all of them).
-            out: list[list[int]] = []
-            for n, group in itertools.groupby(batches, key=limit):
-                group = list(group)
-                results = worker.translate_batches(
-                    [b.ct2 for b in group],
-                    beam_size=beam,
-                    length_penalty=ALPHA,
-                    max_decoding_length=n,
-                    min_decoding_length=n if forced else 0,
+            # Every batch at once, each with its own length limit: with inter_threads > 1 no
+            # replica waits for another's batch.
+            requests = [
+                (
+                    b.ct2,
+                    dict(
+                        beam_size=beam,
+                        length_penalty=ALPHA,
+                        max_decoding_length=limit(b),
+                        min_decoding_length=limit(b) if forced else 0,
+                    ),
                 )
-                out.extend(ct2_to_ids(hyp) for batch in results for hyp in batch)
-            return out
+                for b in batches
+            ]
+            return [ct2_to_ids(hyp) for batch in worker.translate_batches(requests) for hyp in batch]
 
         return whole_workload(run)
 
@@ -197,32 +203,39 @@ def make_systems(
 
         return run
 
-    ct2_workers = CT2Worker(str(ct2_dir), 1, threads)
-    pool = WorkerPool(model, workers=threads, threads=1)
-    atexit.register(pool.close)
-    systems = {
-        "ours": ours_fn(model),
-        "ours uncached": ours_fn(model, use_cache=False),
-        "HF generate": hf_run,
-        "CT2 fp32": ct2_fn(ct2),
-        f"ours {threads}x1": whole_workload(workers_fn(pool)),
-        f"CT2 fp32 {threads}x1": ct2_fn(ct2_workers),
+    def pool_of(m: Transformer) -> WorkerPool:
+        pool = WorkerPool(m, workers=threads, threads=1)
+        closers.append(pool.close)
+        pool.wait_ready()  # started and packed before any timing
+        return pool
+
+    def ct2_of(intra: int, inter: int) -> Callable:
+        worker = CT2Worker(str(ct2_dir), intra, inter)  # a child process: see bench/ct2_worker.py
+        closers.append(worker.close)
+        return ct2_fn(worker)
+
+    bf16 = copy.deepcopy(model).to(torch.bfloat16).pack_for_inference() if "bf16" in extra else None
+    # name -> a function that builds the system (only those not skipped are built)
+    builders: dict[str, Callable[[], Callable]] = {
+        "ours": lambda: ours_fn(model),
+        "ours uncached": lambda: ours_fn(model, use_cache=False),
+        "HF generate": lambda: hf_run,
+        "CT2 fp32": lambda: ct2_of(threads, 1),
+        f"ours {threads}x1": lambda: whole_workload(workers_fn(pool_of(model))),
+        f"CT2 fp32 {threads}x1": lambda: ct2_of(1, threads),
     }
-    if "bf16" in extra:
-        bf16 = copy.deepcopy(model).to(torch.bfloat16).pack_for_inference()
-        systems["ours bf16"] = ours_fn(bf16)
-        bf16_pool = WorkerPool(bf16, workers=threads, threads=1)
-        atexit.register(bf16_pool.close)
-        systems[f"ours bf16 {threads}x1"] = whole_workload(workers_fn(bf16_pool))
+    if bf16 is not None:
+        builders["ours bf16"] = lambda: ours_fn(bf16)
+        builders[f"ours bf16 {threads}x1"] = lambda: whole_workload(workers_fn(pool_of(bf16)))
     if "compile" in extra:
         compiled = copy.deepcopy(model)
         compiled.decoder = torch.compile(compiled.decoder, dynamic=True)
-        systems["ours compiled"] = ours_fn(compiled)
-    unknown = set(skip) - set(systems) | ({"ours"} & set(skip))
+        builders["ours compiled"] = lambda: ours_fn(compiled)
+    unknown = set(skip) - set(builders) | ({"ours"} & set(skip))
     if unknown:
-        others = sorted(set(systems) - {"ours"})
+        others = sorted(set(builders) - {"ours"})
         raise SystemExit(f"--skip: cannot leave out {sorted(unknown)}; the others are {others}")
-    return {name: fn for name, fn in systems.items() if name not in skip}
+    return {name: build() for name, build in builders.items() if name not in skip}
 
 
 def run_workload(
@@ -236,13 +249,12 @@ def run_workload(
     names = [n for n in systems if n != "ours uncached" or slow_reps > 0]
     times: dict[str, list[float]] = {n: [] for n in names}
     outputs: dict[str, list[list[int]]] = {}
-    # Warm-up (lazy inits, oneDNN kernel choice, torch.compile): one batch each, untimed.
+    # Warm-up (lazy inits, oneDNN kernel choice, torch.compile): a batch each, untimed.
     for name in list(names):
         start = time.perf_counter()
         try:
-            systems[name](
-                [batches[0]] if getattr(systems[name], "whole_workload", False) else batches[0], beam
-            )
+            whole = getattr(systems[name], "whole_workload", False)
+            systems[name](batches[:4] if whole else batches[0], beam)  # a batch or more for every worker
         except Exception as err:  # torch.compile may fail on a machine without a working compiler
             if name != "ours compiled":
                 raise
@@ -463,7 +475,8 @@ def main() -> None:
     if "random" in args.workloads or args.profile:
         model = random_model(args.seed)
         to_ctranslate2(model, tmp / "random")
-        systems = make_systems(model, tmp / "random", args.threads, args.out_len, extra, args.skip)
+        closers: list[Callable[[], None]] = []
+        systems = make_systems(model, tmp / "random", args.threads, args.out_len, extra, args.skip, closers)
         batches = batches_of(random_sources(args.sources, args.src_len, 8000, args.seed), args.batch_size)
         if args.profile:
             print_config("decoding profile", config)
@@ -476,6 +489,8 @@ def main() -> None:
             r, s = summarise("random", beam, res, args.sources, args.out_len)
             rows += r
             results[f"random beam {beam}"] = s
+        for close in closers:  # the workers of this workload
+            close()
     else:
         print_config("decoding speed", config)
 
@@ -498,7 +513,8 @@ def main() -> None:
             model = translator.model
             sources, _, refs = flickr_sources(translator, args.flickr_sentences)
             to_ctranslate2(model, tmp / "trained")
-            systems = make_systems(model, tmp / "trained", args.threads, None, extra, args.skip)
+            closers = []
+            systems = make_systems(model, tmp / "trained", args.threads, None, extra, args.skip, closers)
             batches = batches_of(sources, args.batch_size)
             for beam in args.beams:
                 print(f"flickr workload, beam {beam}:", flush=True)
@@ -514,6 +530,8 @@ def main() -> None:
                     row += [bleu, same.get(name, 1.0)]
                 rows += r
                 results[f"flickr beam {beam}"] = s
+            for close in closers:
+                close()
             if not args.no_memory:
                 child = subprocess.run(
                     [
