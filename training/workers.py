@@ -4,7 +4,7 @@ Decoding runs one small step after another: per step a few matmuls of ``beam * b
 dozens of small operators, each too small for two threads to share well. Two processes of one
 thread each, every one decoding its own batches, keep two cores busier than one process of two
 threads (CTranslate2's ``inter_threads`` does the same); BENCHMARKS.md has the figures. It pays
-with small batches (32 sentences: 1.25-1.6x). With translate.py's default 4,096-token batches one
+with small batches (32 sentences: 1.2-1.6x). With translate.py's default 4,096-token batches one
 process's matmuls are big enough for two threads: beam 5 is about even and greedy slower, the
 ~2 s start-up included. A worker needs several batches: a few big ones leave one idle at the end.
 
