@@ -189,7 +189,7 @@ class WorkerPool:
                 break
         for pid in self._pids:
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, getattr(signal, "SIGKILL", signal.SIGTERM))  # no SIGKILL on Windows
             except ProcessLookupError:
                 pass
         self._executor.shutdown(wait=False, cancel_futures=True)
