@@ -117,12 +117,15 @@ def whole_workload(fn: Callable[[list[Batch], int], list[list[int]]]) -> Callabl
     return fn
 
 
-def search_job(model: Transformer, job: tuple[torch.Tensor, int, int, int]) -> list[list[int]]:
-    """A worker's job: ``(src, beam, max output tokens, min output tokens)`` -> output ids per sentence."""
-    src, beam, n, least = job
+def search_job(model: Transformer, job: tuple[torch.Tensor, int, int, int, bool]) -> list[list[int]]:
+    """Our search, here or as a worker's job.
+
+    job: ``(src, beam, max output tokens, min output tokens, use_cache)`` -> output ids per sentence.
+    """
+    src, beam, n, least, use_cache = job
     if beam == 1:
-        return greedy_search(model, src, BOS, EOS, 0.0, n, min_len=least)
-    hyps = beam_search(model, src, BOS, EOS, beam, 1, ALPHA, 0.0, n, min_len=least)
+        return greedy_search(model, src, BOS, EOS, 0.0, n, use_cache=use_cache, min_len=least)
+    hyps = beam_search(model, src, BOS, EOS, beam, 1, ALPHA, 0.0, n, use_cache=use_cache, min_len=least)
     return [h[0].tokens for h in hyps]
 
 
@@ -148,13 +151,7 @@ def make_systems(
 
     def ours_fn(m: Transformer, use_cache: bool = True) -> Callable:
         def run(batch: Batch, beam: int) -> list[list[int]]:
-            n, least = limit(batch), forced or 0
-            if beam == 1:
-                return greedy_search(m, batch.src, BOS, EOS, 0.0, n, use_cache=use_cache, min_len=least)
-            hyps = beam_search(
-                m, batch.src, BOS, EOS, beam, 1, ALPHA, 0.0, n, use_cache=use_cache, min_len=least
-            )
-            return [h[0].tokens for h in hyps]
+            return search_job(m, (batch.src, beam, limit(batch), forced or 0, use_cache))
 
         return run
 
@@ -197,11 +194,11 @@ def make_systems(
 
     def workers_fn(pool: WorkerPool) -> Callable:
         def run(batches: list[Batch], beam: int) -> list[list[int]]:
-            jobs = [(b.src, beam, limit(b), forced or 0) for b in batches]
+            jobs = [(b.src, beam, limit(b), forced or 0, True) for b in batches]
             done = dict(pool.imap_unordered(search_job, jobs))
             return [tokens for i in range(len(batches)) for tokens in done[i]]
 
-        return run
+        return whole_workload(run)
 
     def pool_of(m: Transformer) -> WorkerPool:
         pool = WorkerPool(m, workers=threads, threads=1)
@@ -221,12 +218,12 @@ def make_systems(
         "ours uncached": lambda: ours_fn(model, use_cache=False),
         "HF generate": lambda: hf_run,
         "CT2 fp32": lambda: ct2_of(threads, 1),
-        f"ours {threads}x1": lambda: whole_workload(workers_fn(pool_of(model))),
+        f"ours {threads}x1": lambda: workers_fn(pool_of(model)),
         f"CT2 fp32 {threads}x1": lambda: ct2_of(1, threads),
     }
     if bf16 is not None:
         builders["ours bf16"] = lambda: ours_fn(bf16)
-        builders[f"ours bf16 {threads}x1"] = lambda: whole_workload(workers_fn(pool_of(bf16)))
+        builders[f"ours bf16 {threads}x1"] = lambda: workers_fn(pool_of(bf16))
     if "compile" in extra:
         compiled = copy.deepcopy(model)
         compiled.decoder = torch.compile(compiled.decoder, dynamic=True)
