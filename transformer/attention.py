@@ -26,6 +26,20 @@ def causal_mask(q_len: int, k_len: int, device: torch.device) -> Tensor:
     return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(diagonal=k_len - q_len)
 
 
+def softmax_last(scores: Tensor) -> Tensor:
+    """``scores.softmax(dim=-1)``, written out for short rows while decoding on the CPU.
+
+    PyTorch's CPU softmax is vectorised along the softmax dimension and takes a slow path when
+    it is shorter than a vector (16 floats): over [160, 4, 1, t], the self-attention of 160
+    hypotheses to t < 16 cached steps, it took 34-164 us against 17-36 us written out (1 thread,
+    BENCHMARKS.md). Written out in place, so only with autograd off.
+    """
+    if scores.size(-1) >= 16 or torch.is_grad_enabled() or scores.device.type != "cpu":
+        return scores.softmax(dim=-1)
+    weights = (scores - scores.amax(dim=-1, keepdim=True)).exp_()
+    return weights.div_(weights.sum(dim=-1, keepdim=True))
+
+
 def scaled_dot_product_attention(
     q: Tensor,
     k: Tensor,
@@ -53,7 +67,7 @@ def scaled_dot_product_attention(
         mask = allowed if mask is None else mask & allowed
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = scores.softmax(dim=-1)
+    weights = softmax_last(scores)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     return weights @ v, weights
@@ -93,12 +107,17 @@ def fused_attention(
 class KVCache:
     """One self-attention layer's keys and values of the decoding steps so far.
 
-    The steps live in one buffer [2, rows, heads, capacity, d_head] (keys, values) that is
-    filled in place, so a step appends without copying the earlier ones (``torch.cat`` would
-    copy them all, every step); a full buffer gets ``GROWTH`` more steps. Reordering rows for
-    beam search copies the filled part once, into a spare buffer of the same shape that is
-    then swapped in. The decoder's layers pass one spare along (``select`` returns the buffer
-    it frees), so all of them together hold one extra buffer, not one each.
+    The steps live in a buffer [2, rows, heads, room, d_head] (keys, values), a view of a flat
+    storage tensor, filled in place, so a step appends without copying the earlier ones
+    (``torch.cat`` would copy them all, every step); a full buffer gets ``GROWTH`` more steps.
+
+    Reordering rows for beam search copies the filled part once, into a spare storage that is
+    then swapped in, and leaves room for exactly one more step there: after the next step's
+    ``extend`` the buffer is full, so attention reads one contiguous block. (With spare room
+    after each (row, head), every 64-float key is 1-2 pages away from the next (row, head)'s:
+    on the machine of BENCHMARKS.md attention over a cache not in the CPU cache took 2-4x as
+    long that way.) The decoder's layers pass one spare along (``select`` returns the storage
+    it frees), so all of them together hold one extra storage, not one each.
     """
 
     GROWTH = 16  # steps added when full: outputs mostly end long before the length limit
@@ -108,7 +127,8 @@ class KVCache:
             raise ValueError(f"capacity must be at least 1, not {capacity}")
         self.capacity = capacity
         self.length = 0  # steps stored
-        self._buf: Tensor | None = None  # [2, rows, heads, capacity, d_head]
+        self._store: Tensor | None = None  # flat storage of _buf
+        self._buf: Tensor | None = None  # [2, rows, heads, room, d_head]
 
     def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Appends new steps and returns all of them.
@@ -128,31 +148,35 @@ class KVCache:
         return self._buf[0, :, :, :end], self._buf[1, :, :, :end]
 
     def select(self, rows: Tensor, spare: Tensor | None = None) -> Tensor | None:
-        """Keeps rows ``rows`` ([new_rows] indices), in that order.
+        """Keeps rows ``rows`` ([new_rows] indices), in that order, with room for one more step.
 
-        ``spare``: a free buffer to copy into if its shape fits (else one is allocated).
-        Returns the buffer this frees, for the next layer's ``select``.
+        ``spare``: a free flat storage to copy into if it is big enough (else one is allocated).
+        Returns the storage this frees, for the next layer's ``select``.
         """
         if self._buf is None:
             return spare
-        old, n = self._buf, rows.numel()
+        old, old_store = self._buf, self._store
         if old.requires_grad:  # out= below does not differentiate
             self._buf = old.index_select(1, rows)
+            self._store = None
             return spare
-        if spare is None or spare.size(1) < n or spare.shape[2:] != old.shape[2:] or spare.dtype != old.dtype:
-            spare = old.new_empty((2, n, *old.shape[2:]))
-        new = spare[:, :n]
+        shape = (2, rows.numel(), old.size(2), self.length + 1, old.size(4))
+        if spare is None or spare.numel() < math.prod(shape) or spare.dtype != old.dtype:
+            # Room for GROWTH more steps, so that the spare is not reallocated every step.
+            spare = old.new_empty(math.prod(shape[:3]) * (self.length + self.GROWTH) * shape[4])
+        new = spare[: math.prod(shape)].view(shape)
         torch.index_select(old[:, :, :, : self.length], 1, rows, out=new[:, :, :, : self.length])
-        self._buf = new
-        return old
+        self._buf, self._store = new, spare
+        return old_store
 
-    def _grow(self, like: Tensor, capacity: int) -> None:
-        """A buffer for ``capacity`` steps, shaped after ``like``, holding the steps so far."""
+    def _grow(self, like: Tensor, room: int) -> None:
+        """A buffer for ``room`` steps, shaped after ``like``, holding the steps so far."""
         rows, heads, _, d_head = like.shape
-        new = like.new_empty(2, rows, heads, capacity, d_head)
+        store = like.new_empty(2 * rows * heads * room * d_head)
+        new = store.view(2, rows, heads, room, d_head)
         if self._buf is not None:
             new[:, :, :, : self.length] = self._buf[:, :, :, : self.length]
-        self._buf = new
+        self._buf, self._store = new, store
 
 
 class MultiHeadAttention(nn.Module):

@@ -33,7 +33,7 @@ class DecoderState:
     cross_kv: list[tuple[Tensor, Tensor]]
     src_mask: Tensor
     step: int = 0
-    spare: Tensor | None = field(default=None, repr=False)  # a free cache buffer (see select)
+    spare: Tensor | None = field(default=None, repr=False)  # a free cache storage (see KVCache.select)
 
     @property
     def n_src(self) -> int:

@@ -4,10 +4,12 @@ import pytest
 import torch
 
 from transformer.attention import (
+    KVCache,
     MultiHeadAttention,
     causal_mask,
     fused_attention,
     scaled_dot_product_attention,
+    softmax_last,
 )
 
 
@@ -90,3 +92,36 @@ def test_cross_attention_rejects_uneven_groups():
     mha = MultiHeadAttention(16, 4)
     with pytest.raises(ValueError, match="do not split evenly"):
         mha.cross_attention(torch.randn(5, 1, 16), mha.project_kv(torch.randn(2, 3, 16)))
+
+
+@pytest.mark.parametrize("length", [1, 2, 7, 15, 16, 33])
+def test_softmax_last_equals_softmax(length):
+    """The written-out softmax (short rows, autograd off) equals PyTorch's, masked keys included;
+    with autograd on it is PyTorch's and has gradients."""
+    scores = torch.randn(10, 4, 3, length) * 5
+    scores[0, 0, 0, : length - 1] = float("-inf")  # one key left
+    with torch.no_grad():
+        torch.testing.assert_close(softmax_last(scores.clone()), scores.softmax(dim=-1))
+    leaf = scores.clone().requires_grad_()
+    softmax_last(leaf)[..., 0].sum().backward()
+    assert leaf.grad is not None and torch.isfinite(leaf.grad).all()
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_kv_cache_reorders_rows_and_keeps_them_contiguous(grad):
+    """select keeps the chosen rows (duplicates too); with autograd off it leaves room for one
+    step, so the next step's keys and values are one contiguous block for attention."""
+    cache, spare = KVCache(capacity=2), None
+    steps = [torch.randn(4, 2, 1, 3) for _ in range(5)]
+    expected = torch.empty(4, 2, 0, 3)  # the keys each row should hold
+    order = torch.tensor([1, 1, 3, 0])
+    with torch.set_grad_enabled(grad):
+        for t, step in enumerate(steps):
+            k, v = cache.extend(step.requires_grad_(grad), -step)
+            expected = torch.cat([expected, step.detach()], dim=2)
+            torch.testing.assert_close(k, expected)
+            torch.testing.assert_close(v, -expected)
+            if t > 0 and not grad:
+                assert k.is_contiguous() and v.is_contiguous()
+            spare = cache.select(order, spare)
+            expected = expected[order]

@@ -55,13 +55,22 @@ def test_result_does_not_depend_on_batch_neighbours(norm_first):
 @LN_MODES
 @pytest.mark.parametrize("group", [1, 3])
 @pytest.mark.parametrize("capacity", [2, 64], ids=["cache-grows", "cache-fits"])
-def test_incremental_decoding_equals_full_prefix(norm_first, group, capacity):
+@pytest.mark.parametrize("inference", [False, True], ids=["autograd", "no-grad-packed"])
+def test_incremental_decoding_equals_full_prefix(norm_first, group, capacity, inference):
     """Self-attention K/V cache + cross-attention K/V computed once == decoder on the whole prefix.
 
     ``group`` rows share each source (as beams do); rows are also reordered and a source is
     dropped half-way, the way beam search uses the caches; a cache sized for 2 steps must grow.
+    ``no-grad-packed`` is the searches' path (packed weights, caches copied into spare storage).
     """
     model = tiny_model(norm_first)
+    if inference:
+        model.pack_for_inference()
+    with torch.set_grad_enabled(not inference):
+        _check_incremental_decoding(model, group, capacity)
+
+
+def _check_incremental_decoding(model, group, capacity):
     src = random_tokens(3, 6, 37)
     src[1, 4:] = PAD
     tgt = random_tokens(3 * group, 9, 41)
@@ -76,11 +85,17 @@ def test_incremental_decoding_equals_full_prefix(norm_first, group, capacity):
             order = torch.arange(3 * group).view(3, group).flip(1).reshape(-1)
             state.select(order)
             tgt, rows_src = tgt[order], rows_src[order]
-        if t == 5:  # drop source 1 and its rows
+        elif t == 5:  # drop source 1 and its rows
             keep_src = torch.tensor([0, 2])
             keep_rows = (keep_src[:, None] * group + torch.arange(group)).reshape(-1)
             state.select(keep_rows, keep_src)
             tgt, rows_src = tgt[keep_rows], rows_src[keep_rows]
+        else:  # as beams do: each row continues some row of its group, some twice
+            n_src = tgt.size(0) // group
+            pick = torch.randint(0, group, (n_src, group), generator=torch.Generator().manual_seed(t))
+            order = (torch.arange(n_src)[:, None] * group + pick).reshape(-1)
+            state.select(order)
+            tgt, rows_src = tgt[order], rows_src[order]
 
 
 def test_tied_embeddings_share_one_matrix_and_count_once():
