@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=sorted(DTYPES),
         default="float32",
         help="weights' type: bfloat16 halves their memory; on an AVX512-BF16 CPU beam search ran "
-        "1.2-1.3x faster with the same BLEU (BENCHMARKS.md), and it is the fast type on recent GPUs "
+        "1.1-1.4x faster with the same BLEU (BENCHMARKS.md), and it is the fast type on recent GPUs "
         "(default: float32)",
     )
     run.add_argument(
@@ -153,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         metavar="N",
         help="CPU only: search the batches in N processes of --threads threads each, a copy of the "
-        "model in each. With batches of 32 sentences, two 1-thread workers decoded 1.2-1.6x faster "
+        "model in each. With batches of 32 sentences, two 1-thread workers decoded 1.1-1.75x faster "
         "than one 2-thread process on 2 cores; with the default --max-tokens one process is about "
         "as fast for beam search and faster for greedy, as start-up takes ~2 s (BENCHMARKS.md) "
         "(default: 1, this process)",
