@@ -161,10 +161,11 @@ class KVCache:
             self._store = None
             return spare
         shape = (2, rows.numel(), old.size(2), self.length + 1, old.size(4))
-        if spare is None or spare.numel() < math.prod(shape) or spare.dtype != old.dtype:
+        numel = math.prod(shape)
+        if spare is None or spare.numel() < numel or spare.dtype != old.dtype:
             # Room for GROWTH more steps, so that the spare is not reallocated every step.
-            spare = old.new_empty(math.prod(shape[:3]) * (self.length + self.GROWTH) * shape[4])
-        new = spare[: math.prod(shape)].view(shape)
+            spare = old.new_empty(numel // (self.length + 1) * (self.length + self.GROWTH))
+        new = spare[:numel].view(shape)
         torch.index_select(old[:, :, :, : self.length], 1, rows, out=new[:, :, :, : self.length])
         self._buf, self._store = new, spare
         return old_store

@@ -72,9 +72,9 @@ def row_topk(x: Tensor, n: int) -> tuple[Tensor, Tensor]:
     The n largest entries of a row lie in the n blocks (of ``TOPK_BLOCK`` entries) with the
     largest maxima: any other block's maximum is at most each of those n maxima. So: the
     maximum of every block (one vectorised pass), the n best blocks, and ``topk`` over their
-    n * BLOCK entries (plus the vocabulary's last, partial block). On the 1-thread CPU of BENCHMARKS.md
-    ``topk(10)`` over [160, 8000] fp32 took 1.8 ms directly and 1.0 ms this way. Values are
-    the same as ``topk``'s; among exactly equal values the index chosen may differ.
+    n * BLOCK entries (plus the vocabulary's last, partial block). On the 1-thread CPU of
+    BENCHMARKS.md ``topk(10)`` over [160, 8000] fp32 took 1.8 ms directly and 1.0 ms this way.
+    Values are the same as ``topk``'s; among exactly equal values the index chosen may differ.
 
     x: [rows, V] -> (values, indices), each [rows, n], largest first.
     """
