@@ -16,6 +16,7 @@ Systems (all at ``--threads`` threads, float32, batch 32, the same batches in th
   process of its own (``bench/ct2_worker.py`` says why);
 * ``ours 2x1``: ours in ``threads`` worker processes of 1 thread each (``training/workers.py``,
   ``translate.py --workers``), every batch handed out at once, a free worker taking the next;
+* ``ours uncached 2x1``: ``ours uncached`` in the same worker processes;
 * ``CT2 fp32 2x1``: CTranslate2 with ``intra_threads=1, inter_threads=threads`` (its own way of
   running batches side by side), every batch submitted at once (``asynchronous=True``);
 * optional: ``ours bf16`` (the model's weights in bfloat16, as ``translate.py --dtype bfloat16``
@@ -42,8 +43,11 @@ Workloads:
   ``early_stopping=True``. Output lengths differ a little, so the table gives tokens/s too.
 
 Each repetition runs every system once over the whole workload (order rotated); medians are
-reported. Timing covers the search calls only (sources are token ids already). A separate child
-process measures the peak memory of ``Translator.translate`` (text in, text out) on the test set.
+reported. Timing covers the search calls only (sources are token ids already). For cached
+against uncached, the script also counts the floating-point operations of both searches
+(``torch.utils.flop_counter``, on a sample of the batches): their ratio is the most the caches
+can save, so the most the measured speed ratio can reach. A separate child process measures the
+peak memory of ``Translator.translate`` (text in, text out) on the test set.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode, register_flop_formula, sdpa_flop_count  # noqa: E402
 
 from bench.common import (  # noqa: E402
     MULTI30K_DIR,
@@ -101,6 +106,11 @@ class Batch:
 
 def batches_of(sources: list[list[int]], size: int) -> list[Batch]:
     return [Batch(sources[i : i + size]) for i in range(0, len(sources), size)]
+
+
+def output_limit(batch: Batch, forced: int | None) -> int:
+    """Most output tokens of every sentence in the batch, the same in every system."""
+    return forced if forced else math.floor(1.5 * batch.width + 10)
 
 
 def _strip_hf(row: list[int]) -> list[int]:
@@ -146,8 +156,7 @@ def make_systems(
     closers = [] if closers is None else closers
 
     def limit(batch: Batch) -> int:
-        """Most output tokens of every sentence in the batch, the same in every system."""
-        return forced if forced else math.floor(1.5 * batch.width + 10)
+        return output_limit(batch, forced)
 
     def ours_fn(m: Transformer, use_cache: bool = True) -> Callable:
         def run(batch: Batch, beam: int) -> list[list[int]]:
@@ -192,19 +201,22 @@ def make_systems(
 
         return whole_workload(run)
 
-    def workers_fn(pool: WorkerPool) -> Callable:
+    def workers_fn(pool: WorkerPool, use_cache: bool = True) -> Callable:
         def run(batches: list[Batch], beam: int) -> list[list[int]]:
-            jobs = [(b.src, beam, limit(b), forced or 0, True) for b in batches]
+            jobs = [(b.src, beam, limit(b), forced or 0, use_cache) for b in batches]
             done = dict(pool.imap_unordered(search_job, jobs))
             return [tokens for i in range(len(batches)) for tokens in done[i]]
 
         return whole_workload(run)
 
+    pools: dict[int, WorkerPool] = {}  # id(model) -> its workers, shared by its systems
+
     def pool_of(m: Transformer) -> WorkerPool:
-        pool = WorkerPool(m, workers=threads, threads=1)
-        closers.append(pool.close)
-        pool.wait_ready()  # started and packed before any timing
-        return pool
+        if id(m) not in pools:
+            pools[id(m)] = WorkerPool(m, workers=threads, threads=1)
+            closers.append(pools[id(m)].close)
+            pools[id(m)].wait_ready()  # started and packed before any timing
+        return pools[id(m)]
 
     def ct2_of(intra: int, inter: int) -> Callable:
         worker = CT2Worker(str(ct2_dir), intra, inter)  # a child process: see bench/ct2_worker.py
@@ -220,6 +232,7 @@ def make_systems(
         "CT2 fp32": lambda: ct2_of(threads, 1),
         f"ours {threads}x1": lambda: workers_fn(pool_of(model)),
         f"CT2 fp32 {threads}x1": lambda: ct2_of(1, threads),
+        f"ours uncached {threads}x1": lambda: workers_fn(pool_of(model), use_cache=False),
     }
     if bf16 is not None:
         builders["ours bf16"] = lambda: ours_fn(bf16)
@@ -235,6 +248,11 @@ def make_systems(
     return {name: build() for name, build in builders.items() if name not in skip}
 
 
+def is_slow(name: str) -> bool:
+    """The uncached searches: timed ``--slow-reps`` times only."""
+    return name.startswith("ours uncached")
+
+
 def run_workload(
     systems: dict[str, Callable],
     batches: list[Batch],
@@ -243,7 +261,7 @@ def run_workload(
     slow_reps: int,
 ) -> dict[str, dict]:
     """Interleaved repetitions; per system: median seconds, outputs of the last repetition."""
-    names = [n for n in systems if n != "ours uncached" or slow_reps > 0]
+    names = [n for n in systems if not is_slow(n) or slow_reps > 0]
     times: dict[str, list[float]] = {n: [] for n in names}
     outputs: dict[str, list[list[int]]] = {}
     # Warm-up (lazy inits, oneDNN kernel choice, torch.compile): a batch each, untimed.
@@ -251,7 +269,8 @@ def run_workload(
         start = time.perf_counter()
         try:
             whole = getattr(systems[name], "whole_workload", False)
-            systems[name](batches[:4] if whole else batches[0], beam)  # a batch or more for every worker
+            # A batch or more for every worker; one for the slow ones (their workers are ours').
+            systems[name](batches[: 1 if is_slow(name) else 4] if whole else batches[0], beam)
         except Exception as err:  # torch.compile may fail on a machine without a working compiler
             if name != "ours compiled":
                 raise
@@ -266,7 +285,7 @@ def run_workload(
     for rep in range(reps):
         order = names[rep % len(names) :] + names[: rep % len(names)]
         for name in order:
-            if name == "ours uncached" and rep >= slow_reps:
+            if is_slow(name) and rep >= slow_reps:
                 continue
             out: list[list[int]] = []
             start = time.perf_counter()
@@ -317,6 +336,57 @@ def summarise(
             "ours_speedup_vs_this": speedup,
         }
     return rows, out
+
+
+@register_flop_formula(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu)
+def _cpu_attention_flops(
+    query_shape: torch.Size, key_shape: torch.Size, value_shape: torch.Size, *args: object, **kwargs: object
+) -> int:
+    """The CPU's fused attention, counted as ``torch.utils.flop_counter`` counts the GPU's
+    (the whole score matrix, causal or not); it has no formula for the CPU kernel."""
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+def cache_flops(model: Transformer, batches: list[Batch], beam: int, forced: int | None) -> dict:
+    """Floating-point operations of ours with and without caches, on every few batches.
+
+    Their ratio is what the caches save in arithmetic. The measured speed-up could exceed it
+    only if the cached search, whose matmuls are the smaller, ran more operations per second
+    than the uncached one. Counted with packing off (the counter sees aten's matmuls, not
+    oneDNN's packed linear maps); the attention scores count whole, causal or not.
+    """
+    plain = copy.deepcopy(model).pack_for_inference(False)
+    sample = batches[:: max(1, len(batches) // 4)]
+    flops = {}
+    for use_cache in (True, False):
+        with FlopCounterMode(display=False) as counter:
+            for b in sample:
+                search_job(plain, (b.src, beam, output_limit(b, forced), forced or 0, use_cache))
+        flops["cached" if use_cache else "uncached"] = counter.get_total_flops()
+    return {**flops, "ratio": flops["uncached"] / flops["cached"], "batches_counted": len(sample)}
+
+
+def cache_speedups(res: dict[str, dict], flops: dict, threads: int) -> dict:
+    """Cached against uncached: measured in one process and in worker processes, and the
+    ratio of floating-point operations (the ceiling of both); prints them."""
+    pairs = {
+        "one process": ("ours", "ours uncached"),
+        f"{threads}x1": (f"ours {threads}x1", f"ours uncached {threads}x1"),
+    }
+    out = {
+        where: res[slow]["seconds"] / res[fast]["seconds"]
+        for where, (fast, slow) in pairs.items()
+        if fast in res and slow in res
+    }
+    out["flops"] = flops["ratio"]
+    measured = ", ".join(f"{where} {x:.2f}x" for where, x in out.items() if where != "flops")
+    print(
+        f"  cached vs uncached: {measured or 'not timed'}; floating-point operations "
+        f"{flops['ratio']:.2f}x ({flops['cached'] / 1e9:.1f} against {flops['uncached'] / 1e9:.1f} GFLOP "
+        f"on {flops['batches_counted']} batches), the most the caches can give",
+        flush=True,
+    )
+    return out
 
 
 def agreement(res: dict[str, dict], limits: list[int], reference: str = "ours") -> dict[str, float]:
@@ -484,6 +554,9 @@ def main() -> None:
             print(f"random workload, beam {beam}:", flush=True)
             res = run_workload(systems, batches, beam, args.reps, args.slow_reps)
             r, s = summarise("random", beam, res, args.sources, args.out_len)
+            s["cached_vs_uncached"] = cache_speedups(
+                res, cache_flops(model, batches, beam, args.out_len), args.threads
+            )
             rows += r
             results[f"random beam {beam}"] = s
         for close in closers:  # the workers of this workload
@@ -517,7 +590,10 @@ def main() -> None:
                 print(f"flickr workload, beam {beam}:", flush=True)
                 res = run_workload(systems, batches, beam, args.reps, args.slow_reps)
                 r, s = summarise("flickr", beam, res, len(sources), None)
-                limits = [math.floor(1.5 * b.width + 10) for b in batches for _ in range(b.n)]
+                s["cached_vs_uncached"] = cache_speedups(
+                    res, cache_flops(model, batches, beam, None), args.threads
+                )
+                limits = [output_limit(b, None) for b in batches for _ in range(b.n)]
                 same = agreement(res, limits)
                 for name, row in zip(res, r, strict=True):
                     hyps = translator.tgt_tokenizer.decode(res[name]["outputs"])
@@ -555,6 +631,7 @@ def main() -> None:
         rows = [r + ["", ""] if len(r) == 8 else r for r in rows]
     print_table(headers, rows)
     print("targets: ours beam 5 >= 1.6x HF generate, >= 1.2x CT2 fp32; ours >= 7x ours uncached")
+    print("(cached vs uncached: the floating-point ratios printed per workload are their ceilings)")
     write_json(args.json, results)
 
 
