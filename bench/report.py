@@ -104,6 +104,9 @@ def decoding(data: dict, title: str) -> None:
         ],
         rows,
     )
+    for key, ratios in data.get("cached_vs_uncached", {}).items():
+        measured = ", ".join(f"{where} {x:.2f}x" for where, x in ratios.items() if where != "flops")
+        print(f"cached vs uncached, {key}: {measured}; FLOP ceiling {ratios['flops']:.2f}x\n")
     if "translate_memory" in data:
         print(f"Translator.translate memory: {data['translate_memory']}\n")
 
