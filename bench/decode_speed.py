@@ -47,8 +47,8 @@ Each repetition runs every system once over the whole workload (order rotated); 
 reported. Timing covers the search calls only (sources are token ids already). For cached
 against uncached, the script also counts the floating-point operations of both searches
 (``torch.utils.flop_counter``, untimed): their ratio is the most the caches can save, so the
-most the measured speed ratio can reach. A separate child process measures the
-peak memory of ``Translator.translate`` (text in, text out) on the test set.
+most the measured speed ratio can reach. A separate child process measures the peak memory of
+``Translator.translate`` (text in, text out) on the test set.
 """
 
 from __future__ import annotations
@@ -67,7 +67,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
-from torch.utils.flop_counter import FlopCounterMode, register_flop_formula, sdpa_flop_count  # noqa: E402
+from torch.utils.flop_counter import (  # noqa: E402
+    FlopCounterMode,
+    flop_registry,
+    register_flop_formula,
+    sdpa_flop_count,
+)
 
 from bench.common import (  # noqa: E402
     MULTI30K_DIR,
@@ -339,13 +344,17 @@ def summarise(
     return rows, out
 
 
-@register_flop_formula(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu)
 def _cpu_attention_flops(
     query_shape: torch.Size, key_shape: torch.Size, value_shape: torch.Size, *args: object, **kwargs: object
 ) -> int:
     """The CPU's fused attention, counted as ``torch.utils.flop_counter`` counts the GPU's
     (the whole score matrix, causal or not); it has no formula for the CPU kernel."""
     return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+_CPU_ATTENTION = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+if _CPU_ATTENTION not in flop_registry:  # once per process (this file may load as __main__ and as a module)
+    register_flop_formula(_CPU_ATTENTION)(_cpu_attention_flops)
 
 
 def cache_flops(model: Transformer, batches: list[Batch], beam: int, forced: int | None) -> dict:
