@@ -161,12 +161,9 @@ def make_systems(
     """
     closers = [] if closers is None else closers
 
-    def limit(batch: Batch) -> int:
-        return output_limit(batch, forced)
-
     def ours_fn(m: Transformer, use_cache: bool = True) -> Callable:
         def run(batch: Batch, beam: int) -> list[list[int]]:
-            return search_job(m, (batch.src, beam, limit(batch), forced or 0, use_cache))
+            return search_job(m, (batch.src, beam, output_limit(batch, forced), forced or 0, use_cache))
 
         return run
 
@@ -174,7 +171,7 @@ def make_systems(
 
     @torch.no_grad()
     def hf_run(batch: Batch, beam: int) -> list[list[int]]:
-        n = limit(batch)
+        n = output_limit(batch, forced)
         out = hf.generate(
             input_ids=batch.src,
             attention_mask=batch.mask,
@@ -197,8 +194,8 @@ def make_systems(
                     dict(
                         beam_size=beam,
                         length_penalty=ALPHA,
-                        max_decoding_length=limit(b),
-                        min_decoding_length=limit(b) if forced else 0,
+                        max_decoding_length=output_limit(b, forced),
+                        min_decoding_length=output_limit(b, forced) if forced else 0,
                     ),
                 )
                 for b in batches
@@ -209,7 +206,7 @@ def make_systems(
 
     def workers_fn(pool: WorkerPool, use_cache: bool = True) -> Callable:
         def run(batches: list[Batch], beam: int) -> list[list[int]]:
-            jobs = [(b.src, beam, limit(b), forced or 0, use_cache) for b in batches]
+            jobs = [(b.src, beam, output_limit(b, forced), forced or 0, use_cache) for b in batches]
             done = dict(pool.imap_unordered(search_job, jobs))
             return [tokens for i in range(len(batches)) for tokens in done[i]]
 
@@ -375,9 +372,20 @@ def cache_flops(model: Transformer, batches: list[Batch], beam: int, forced: int
     return {**flops, "ratio": flops["uncached"] / flops["cached"]}
 
 
-def cache_speedups(res: dict[str, dict], flops: dict, threads: int) -> dict:
+def cache_speedups(
+    res: dict[str, dict],
+    model: Transformer,
+    batches: list[Batch],
+    beam: int,
+    forced: int | None,
+    threads: int,
+) -> dict | None:
     """Cached against uncached: measured in one process and in worker processes, and the
-    ratio of floating-point operations (the ceiling of both); prints them."""
+    ratio of floating-point operations (the ceiling of both); prints them. None (and no
+    counting) when no uncached search was timed."""
+    if not any(is_slow(name) for name in res):
+        return None
+    flops = cache_flops(model, batches, beam, forced)
     pairs = {
         "one process": ("ours", "ours uncached"),
         f"{threads}x1": (f"ours {threads}x1", f"ours uncached {threads}x1"),
@@ -565,9 +573,8 @@ def main() -> None:
             print(f"random workload, beam {beam}:", flush=True)
             res = run_workload(systems, batches, beam, args.reps, args.slow_reps)
             r, s = summarise("random", beam, res, args.sources, args.out_len)
-            if any(is_slow(name) for name in res):  # the ceiling goes with a measured ratio
-                flops = cache_flops(model, batches, beam, args.out_len)
-                cache_vs[f"random beam {beam}"] = cache_speedups(res, flops, args.threads)
+            if ratios := cache_speedups(res, model, batches, beam, args.out_len, args.threads):
+                cache_vs[f"random beam {beam}"] = ratios
             rows += r
             results[f"random beam {beam}"] = s
         for close in closers:  # the workers of this workload
@@ -601,9 +608,8 @@ def main() -> None:
                 print(f"flickr workload, beam {beam}:", flush=True)
                 res = run_workload(systems, batches, beam, args.reps, args.slow_reps)
                 r, s = summarise("flickr", beam, res, len(sources), None)
-                if any(is_slow(name) for name in res):
-                    flops = cache_flops(model, batches, beam, None)
-                    cache_vs[f"flickr beam {beam}"] = cache_speedups(res, flops, args.threads)
+                if ratios := cache_speedups(res, model, batches, beam, None, args.threads):
+                    cache_vs[f"flickr beam {beam}"] = ratios
                 limits = [output_limit(b, None) for b in batches for _ in range(b.n)]
                 same = agreement(res, limits)
                 for name, row in zip(res, r, strict=True):
