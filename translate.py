@@ -5,9 +5,10 @@
     python translate.py --checkpoint best.ckpt "Ein Hund läuft." --attention-dir attn/
 
 Only translations go to stdout; progress, warnings and scores go to stderr. A broken checkpoint or
-a wrong option gives a one-line error and exit status 2. Kept thin: the work is in
-``training/translator.py`` (reading, batching, search), ``training/checkpoint.py`` (loading) and
-``training/attention_plot.py`` (heatmaps). Lightning and Hydra are never imported here.
+a wrong option gives a one-line error and exit status 2. The command line only: parsing, reading,
+writing. The work is in the ``translation`` package (its Python API): ``lines.py`` (input lines),
+``translator.py`` (batching, search), ``checkpoint.py`` (loading), ``workers.py`` and
+``attention_plot.py``. Lightning and Hydra are never imported here.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from training.checkpoint import CheckpointError, load_translator
-from training.translator import SearchOptions, Translation, Translator, read_lines
-from training.workers import WorkerPool
+from translation.checkpoint import CheckpointError
+from translation.lines import read_lines
+from translation.translator import SearchOptions, Translation, Translator
+from translation.workers import WorkerPool
 
 logger = logging.getLogger("translate")
 
@@ -247,30 +249,6 @@ def nbest_rows(results: list[list[Translation]]) -> list[str]:
     ]
 
 
-def write_attention(
-    translator: Translator,
-    sources: list[list[int]],
-    results: list[list[Translation]],
-    out_dir: str,
-    per_head: bool,
-    max_sentences: int,
-) -> int:
-    """Heatmaps of the first ``max_sentences`` non-empty lines; returns the number of files."""
-    from training.attention_plot import plot_cross_attention  # matplotlib only when asked for
-
-    width = len(str(len(results)))
-    written = 0
-    chosen = [i for i, hyps in enumerate(results) if hyps][:max_sentences]
-    for i in chosen:
-        best = results[i][0]
-        weights = translator.cross_attention(sources[i], best.tokens)
-        src_labels = translator.src_tokenizer.id_to_piece(sources[i] + [translator.eos_id])
-        out_labels = translator.tgt_tokenizer.id_to_piece(best.tokens + [translator.eos_id])
-        stem = f"line{i + 1:0{width}d}"
-        written += len(plot_cross_attention(weights, src_labels, out_labels, out_dir, stem, per_head))
-    return written
-
-
 class TqdmHandler(logging.Handler):
     """Writes records to stderr through ``tqdm.write``, so that they do not tear the progress bar."""
 
@@ -318,7 +296,7 @@ def run(args: argparse.Namespace) -> None:
         if path not in (None, "-") and not Path(path).is_file():
             raise UsageError(f"{option} {path}: no such file")
     try:
-        translator = load_translator(args.checkpoint, args.device, DTYPES[args.dtype])
+        translator = Translator.from_checkpoint(args.checkpoint, args.device, DTYPES[args.dtype])
     except ValueError as err:  # the device
         raise UsageError(str(err)) from None
     if args.workers > 1 and translator.device.type != "cpu":
@@ -378,6 +356,8 @@ def translate_input(args: argparse.Namespace, translator: Translator, pool: Work
     if args.nbest_output:
         write_lines(nbest_rows(results), args.nbest_output)
     if args.attention_dir:
+        from translation.attention_plot import write_attention  # matplotlib only when asked for
+
         n_files = write_attention(
             translator,
             sources,
@@ -388,7 +368,7 @@ def translate_input(args: argparse.Namespace, translator: Translator, pool: Work
         )
         logger.info("wrote %d attention plots to %s", n_files, args.attention_dir)
     if references is not None:
-        from training.metrics import corpus_scores  # sacrebleu only when asked for
+        from translation.metrics import corpus_scores  # sacrebleu only when asked for
 
         sys.stderr.write(corpus_scores(hypotheses, references).report() + "\n")
         sys.stderr.flush()

@@ -15,7 +15,7 @@ Systems (all at ``--threads`` threads, float32, batch 32, the same batches in th
 * ``CT2 fp32``: ``ctranslate2.Translator`` on our weights converted to a ``TransformerSpec``
   (``compute_type="float32"``, ``intra_threads=threads``, ``inter_threads=1``), in a child
   process of its own (``bench/ct2_worker.py`` says why);
-* ``ours 2x1``: ours in ``threads`` worker processes of 1 thread each (``training/workers.py``,
+* ``ours 2x1``: ours in ``threads`` worker processes of 1 thread each (``translation/workers.py``,
   ``translate.py --workers``), every batch handed out at once, a free worker taking the next;
 * ``ours uncached 2x1``: ``ours uncached`` in the same worker processes;
 * ``CT2 fp32 2x1``: CTranslate2 with ``intra_threads=1, inter_threads=threads`` (its own way of
@@ -90,9 +90,9 @@ from bench.common import (  # noqa: E402
 )
 from bench.ct2_worker import CT2Worker  # noqa: E402
 from bench.peers import ct2_to_ids, ids_to_ct2, to_ctranslate2, to_marian  # noqa: E402
-from training.workers import WorkerPool  # noqa: E402
 from transformer import Transformer, TransformerConfig  # noqa: E402
 from transformer.search import beam_search, greedy_search  # noqa: E402
+from translation.workers import WorkerPool  # noqa: E402
 
 PAD, BOS, EOS = 0, 2, 3
 ALPHA = 0.6
@@ -462,11 +462,11 @@ def flickr_sources(translator, limit: int = 0) -> tuple[list[list[int]], list[in
 def memory_child(checkpoint: str, threads: int, beam: int, limit: int = 0) -> None:
     """Child process: peak resident memory of Translator.translate on the test set (JSON on stdout)."""
     set_threads(threads)
-    from training.checkpoint import load_translator
-    from training.translator import SearchOptions
+    from translation import Translator
+    from translation.translator import SearchOptions
 
     base = rss_mib()
-    translator = load_translator(checkpoint)
+    translator = Translator.from_checkpoint(checkpoint)
     texts = read_gz_lines(MULTI30K_DIR / "test_2016_flickr.de.gz")[: limit or None]
     translator.translate(texts[:32], SearchOptions(beam_size=beam))  # warm-up
     loaded = rss_mib()
@@ -585,7 +585,7 @@ def main() -> None:
     if "flickr" in args.workloads:
         from sacrebleu.metrics import BLEU
 
-        from training.checkpoint import load_translator
+        from translation import Translator
 
         ckpt = (
             args.checkpoint
@@ -597,7 +597,7 @@ def main() -> None:
         else:
             print(f"flickr workload: checkpoint {ckpt}", flush=True)
             results["config"]["checkpoint"] = str(ckpt)
-            translator = load_translator(ckpt)
+            translator = Translator.from_checkpoint(ckpt)
             model = translator.model
             sources, _, refs = flickr_sources(translator, args.flickr_sentences)
             to_ctranslate2(model, tmp / "trained")

@@ -19,9 +19,9 @@ import torch.nn.functional as F
 
 import translate
 from tests.toy_text import LEXICON, toy_pairs, train_word_spm, translate_words
-from training.checkpoint import inference_fields, load_translator, write_checkpoint
-from training.translator import SearchOptions
 from transformer import Transformer, TransformerConfig
+from translation.checkpoint import inference_fields, write_checkpoint
+from translation.translator import SearchOptions, Translator
 
 ROOT = Path(__file__).resolve().parents[1]
 PAD, BOS, EOS = 0, 2, 3
@@ -104,7 +104,7 @@ def lines_of(output: bytes) -> list[str]:
 
 
 def test_toy_model_learned_the_task(toy_checkpoint: Path) -> None:
-    translator = load_translator(toy_checkpoint)
+    translator = Translator.from_checkpoint(toy_checkpoint)
     known = [s for s in TEST_SOURCES if all(w in LEXICON for w in s.split())]
     assert translator.translate(known, SearchOptions(greedy=True)) == [translate_words(s) for s in known]
 
@@ -305,12 +305,13 @@ def test_bfloat16_weights_translate_the_toy_task(
     assert translate.main(args) == 0
     assert capsysbinary.readouterr().out == b"a dog runs\nchild woman\n"
     assert (
-        next(load_translator(toy_checkpoint, dtype=torch.bfloat16).model.parameters()).dtype == torch.bfloat16
+        next(Translator.from_checkpoint(toy_checkpoint, dtype=torch.bfloat16).model.parameters()).dtype
+        == torch.bfloat16
     )
 
 
 def test_cached_equals_recomputed_through_the_translator(toy_checkpoint: Path) -> None:
-    translator = load_translator(toy_checkpoint)
+    translator = Translator.from_checkpoint(toy_checkpoint)
     sources = translator.encode_sources(TEST_SOURCES)
     for options in (SearchOptions(greedy=True), SearchOptions(beam_size=4, nbest=4)):
         cached = translator.translate_ids(sources, options)

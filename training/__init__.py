@@ -1,1 +1,11 @@
-"""Training, checkpoints and inference around the pure-PyTorch ``transformer`` package."""
+"""What ``train.py`` runs: the Lightning module, the Hydra-driven pipeline and what they write.
+
+* ``training.module``: ``TranslationModule`` (loss, optimisation, validation BLEU, test search).
+* ``training.pipeline``: ``train(cfg)``, what ``python train.py`` does with the composed config.
+* ``training.schedule``: the inverse-square-root learning-rate schedule.
+* ``training.averaging``: averaging the last epoch checkpoints.
+* ``training.plots``: ``learning_curve.png``.
+
+Translating a checkpoint is the ``translation`` package's work; this package imports its
+checkpoint contract and metrics, and nothing in ``translation`` imports this package.
+"""

@@ -18,10 +18,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from data.tokenizer import SPECIAL_IDS
-from training.metrics import CorpusScores, corpus_scores
 from training.schedule import inverse_sqrt_factor
 from transformer import Transformer, TransformerConfig
 from transformer.search import beam_search, greedy_search
+from translation.metrics import CorpusScores, corpus_scores
 
 logger = logging.getLogger(__name__)
 

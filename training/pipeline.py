@@ -67,7 +67,7 @@ class InferenceFields(Callback):
 
 
 def _inference_fields(datamodule: Any, src_lang: str, tgt_lang: str) -> dict[str, Any]:
-    from training.checkpoint import inference_fields
+    from translation.checkpoint import inference_fields
 
     joint = datamodule.src_tokenizer is datamodule.tgt_tokenizer
     return inference_fields(

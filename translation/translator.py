@@ -1,9 +1,7 @@
-"""Text in, text out: robust line reading, token-budget batching and the translate loop.
+"""Text in, text out: token-budget batching and the translate loop.
 
-The command line (``translate.py``) is a thin shell around this module:
+The command line (``translate.py``) is a thin shell around this module and ``lines.py``:
 
-* :func:`read_lines` splits raw bytes on ``b"\\n"`` only, so that every input line gives exactly
-  one output line (``str.splitlines`` would also split on ``\\r``, U+2028, ``\\x85``, ...).
 * :func:`token_batches` groups sentences sorted by length under a budget of padded source tokens.
 * :class:`Translator` encodes, crops, batches, searches and decodes, and returns the results in
   input order; empty lines never reach the model.
@@ -13,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -20,65 +19,13 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from training.workers import WorkerPool
 from transformer import Transformer
 from transformer.search import beam_search, greedy_search
+from translation.checkpoint import load_checkpoint
+from translation.lines import one_line
+from translation.workers import WorkerPool
 
 logger = logging.getLogger(__name__)
-
-# Characters that ``str.splitlines`` (and many editors and terminals) treat as line breaks. Inside
-# a line they are turned into spaces before tokenizing, and removed from every output line, so
-# that one input line is always one output line.
-LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
-_TO_SPACE = str.maketrans(dict.fromkeys(LINE_BREAKS, " "))
-
-
-def one_line(text: str) -> str:
-    """``text`` with every line-break character replaced by a space."""
-    return text.translate(_TO_SPACE)
-
-
-def read_lines(raw: bytes, name: str) -> list[str]:
-    """Split raw input on ``b"\\n"`` only and decode each line as UTF-8.
-
-    A final ``\\n`` does not start an extra line; a last line without ``\\n`` is kept. One ``\\r``
-    at the end of a line (CRLF files) is removed; any other ``\\r``, ``\\x0c``, U+2028, ... stays
-    inside its line (see :func:`one_line`). A UTF-8 byte order mark at the start is removed.
-    Invalid UTF-8 is replaced by U+FFFD with a warning that names the line.
-
-    Args:
-        raw: the whole input.
-        name: the file name (or ``"<stdin>"``) used in warnings.
-
-    Returns:
-        One string per line.
-    """
-    if raw.startswith(b"\xef\xbb\xbf"):
-        raw = raw[3:]
-    if not raw:
-        return []
-    parts = raw.split(b"\n")
-    if raw.endswith(b"\n"):
-        parts.pop()
-    parts = [p[:-1] if p.endswith(b"\r") else p for p in parts]
-    try:  # fast path: the whole input is valid
-        return [p.decode("utf-8") for p in parts]
-    except UnicodeDecodeError:
-        pass
-    lines = []
-    for number, part in enumerate(parts, start=1):
-        try:
-            lines.append(part.decode("utf-8"))
-        except UnicodeDecodeError as err:
-            logger.warning(
-                "%s line %d: invalid UTF-8 (%r at byte %d) replaced with U+FFFD",
-                name,
-                number,
-                part[err.start : err.end],
-                err.start,
-            )
-            lines.append(part.decode("utf-8", errors="replace"))
-    return lines
 
 
 def token_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
@@ -192,7 +139,7 @@ class Translation:
 def search_batch(
     model: Transformer, job: tuple[Tensor, SearchOptions, int, int]
 ) -> list[list[tuple[list[int], float, float]]]:
-    """One batch's search, as a :class:`~training.workers.WorkerPool` job or in-process.
+    """One batch's search, as a :class:`~translation.workers.WorkerPool` job or in-process.
 
     Args:
         model: the model, in eval mode.
@@ -248,6 +195,36 @@ class Translator:
         self.bos_id, self.eos_id, self.pad_id = bos_id, eos_id, model.cfg.pad_id
         self.device = device
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
+
+    @classmethod
+    def from_checkpoint(
+        cls, path: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+    ) -> Translator:
+        """The translator of a checkpoint written by training (``translation/checkpoint.py``).
+
+        Args:
+            path: the ``.ckpt`` file (``best``, ``last`` or ``averaged``).
+            device: where the model runs, e.g. ``"cpu"``, ``"cuda"``, ``"cuda:1"``.
+            dtype: the weights' type: ``torch.bfloat16`` halves their memory and is faster on
+                CPUs with AVX512-BF16 and on recent GPUs (BENCHMARKS.md, "Decoding"); scores
+                and the search's bookkeeping stay in fp32.
+
+        Raises:
+            CheckpointError: the file is missing, truncated, foreign, or its parts do not fit.
+            ValueError: ``device`` is not a device name or not available here.
+        """
+        device = resolve_device(device)  # before reading: a wrong device is reported at once
+        loaded = load_checkpoint(path, dtype)
+        return cls(
+            loaded.model,
+            loaded.src_tokenizer,
+            loaded.tgt_tokenizer,
+            bos_id=loaded.bos_id,
+            eos_id=loaded.eos_id,
+            device=device,
+            src_lang=loaded.src_lang,
+            tgt_lang=loaded.tgt_lang,
+        )
 
     @property
     def max_source_tokens(self) -> int:

@@ -15,7 +15,7 @@ A checkpoint is a Lightning-style dict written with ``torch.save`` and read back
        "pad_id": 0, "unk_id": 1, "bos_id": 2, "eos_id": 3}
 
 Lightning's own entries (``epoch``, ``optimizer_states``, ...) may be there too; inference does
-not read them. :func:`load_translator` checks every step and raises :class:`CheckpointError` with
+not read them. :func:`load_checkpoint` checks every step and raises :class:`CheckpointError` with
 a one-line message that names the file and what is wrong.
 """
 
@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import os
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from data.tokenizer import SPECIAL_IDS, SubwordTokenizer
-from training.translator import Translator, resolve_device
 from transformer import Transformer, TransformerConfig
 
 FORMAT_VERSION = 1
@@ -213,24 +213,39 @@ def _weights_mismatch(expected: dict[str, Any], found: dict[str, Any], show: int
     return "; ".join(parts)
 
 
-def load_translator(
-    path: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
-) -> Translator:
-    """The checkpoint's model (eval mode, on ``device``) with its tokenizers.
+@dataclass
+class InferenceCheckpoint:
+    """What translating needs from a checkpoint, checked to fit together.
+
+    Attributes:
+        model: the ``Transformer`` with the checkpoint's weights, on the CPU, in eval mode.
+        src_tokenizer, tgt_tokenizer: the subword models (the same object for a joint vocabulary).
+        bos_id, eos_id: target begin/end-of-sentence ids.
+        src_lang, tgt_lang: language codes ("" when the checkpoint does not say).
+    """
+
+    model: Transformer
+    src_tokenizer: SubwordTokenizer
+    tgt_tokenizer: SubwordTokenizer
+    bos_id: int
+    eos_id: int
+    src_lang: str
+    tgt_lang: str
+
+
+def load_checkpoint(path: str | os.PathLike, dtype: torch.dtype = torch.float32) -> InferenceCheckpoint:
+    """The checkpoint's model (eval mode, CPU, weights in ``dtype``) with its tokenizers.
+
+    ``translation.Translator.from_checkpoint`` is the usual way in; this is the part that reads.
 
     Args:
         path: a checkpoint written by training or by :func:`write_checkpoint`.
-        device: where the model runs, e.g. ``"cpu"``, ``"cuda"``, ``"cuda:1"``.
-        dtype: the weights' type for inference; ``torch.bfloat16`` halves the weights' memory and
-            made beam search 1.2-1.3x faster on an AVX512-BF16 CPU (greedy ~1.0x; BENCHMARKS.md),
-            with the same BLEU; scores and search stay in fp32.
+        dtype: the weights' type for inference (e.g. ``torch.bfloat16``).
 
     Raises:
         CheckpointError: the file is missing, truncated, foreign, or its parts do not fit together
             (unknown format version, vocabulary sizes, weights that do not fit the configuration).
-        ValueError: ``device`` is not a device name or not available.
     """
-    device = resolve_device(device)
     path = Path(path)
     checkpoint = read_checkpoint(path)
     nmt = checkpoint["nmt"]
@@ -259,14 +274,12 @@ def load_translator(
     if mismatch:
         raise CheckpointError(f"{path}: the weights do not fit the model configuration: {mismatch}")
     model.load_state_dict(weights, strict=True)
-    model = model.to(dtype)
-    return Translator(
-        model,
-        src_tok,
-        tgt_tok,
+    return InferenceCheckpoint(
+        model=model.to(dtype).eval(),
+        src_tokenizer=src_tok,
+        tgt_tokenizer=tgt_tok,
         bos_id=int(nmt["bos_id"]),
         eos_id=int(nmt["eos_id"]),
-        device=device,
         src_lang=str(nmt.get("src_lang", "")),
         tgt_lang=str(nmt.get("tgt_lang", "")),
     )

@@ -22,9 +22,9 @@ import torch
 from data.tokenizer import SubwordTokenizer
 from tests.toy_text import toy_pairs, train_word_spm
 from tests.transformer.helpers import tiny_model
-from training.translator import SearchOptions, Translator, search_batch
-from training.workers import WorkerPool
 from transformer.search import greedy_search
+from translation.translator import SearchOptions, Translator, search_batch
+from translation.workers import WorkerPool
 
 TEXTS = [s for s, _ in toy_pairs(40, seed=5)] + ["", "  ", "hund"]
 
@@ -160,7 +160,7 @@ ORPHAN_SCRIPT = """
 import os, signal, sys
 import torch
 from tests.transformer.helpers import tiny_model
-from training.workers import WorkerPool
+from translation.workers import WorkerPool
 
 if __name__ == "__main__":
     pool = WorkerPool(tiny_model(src_vocab_size=20, tgt_vocab_size=20), workers=2)

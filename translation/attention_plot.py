@@ -14,6 +14,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from translation.translator import Translation, Translator
+
 CELL_INCHES = 0.32  # size of one (output, source) cell
 MAX_INCHES = 40.0  # cap on a figure's width and height, so that very long sentences stay plottable
 DPI = 100
@@ -148,3 +150,37 @@ def plot_cross_attention(
                 )
             )
     return paths
+
+
+def write_attention(
+    translator: Translator,
+    sources: list[list[int]],
+    results: list[list[Translation]],
+    out_dir: str,
+    per_head: bool,
+    max_sentences: int,
+) -> int:
+    """Heatmaps of the best translation's cross-attention for the first ``max_sentences`` non-empty lines.
+
+    Args:
+        translator: the translator that produced ``results``.
+        sources: source ids per line, from ``translator.encode_sources``.
+        results: per line, its translations (best first; empty for an empty line).
+        out_dir: where ``line{N}.layer{L}.png`` (and ``.heads.png``) go; created if missing.
+        per_head: also one panel per head.
+        max_sentences: how many lines to plot.
+
+    Returns:
+        The number of files written.
+    """
+    width = len(str(len(results)))
+    written = 0
+    chosen = [i for i, hyps in enumerate(results) if hyps][:max_sentences]
+    for i in chosen:
+        best = results[i][0]
+        weights = translator.cross_attention(sources[i], best.tokens)
+        src_labels = translator.src_tokenizer.id_to_piece(sources[i] + [translator.eos_id])
+        out_labels = translator.tgt_tokenizer.id_to_piece(best.tokens + [translator.eos_id])
+        stem = f"line{i + 1:0{width}d}"
+        written += len(plot_cross_attention(weights, src_labels, out_labels, out_dir, stem, per_head))
+    return written

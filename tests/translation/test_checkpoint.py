@@ -11,14 +11,14 @@ import torch
 
 from tests.toy_text import LEXICON, train_word_spm
 from tests.transformer.helpers import tiny_model
-from training.checkpoint import (
+from transformer import Transformer
+from translation import Translator
+from translation.checkpoint import (
     CheckpointError,
     inference_fields,
-    load_translator,
     read_checkpoint,
     write_checkpoint,
 )
-from transformer import Transformer
 
 SRC_TEXT = [" ".join(LEXICON)]
 TGT_TEXT = [" ".join(LEXICON.values())]
@@ -68,7 +68,7 @@ def test_checkpoint_follows_the_contract(good: Path, protos: dict[str, bytes]) -
 
 def test_load_translator_restores_model_and_tokenizers(good: Path) -> None:
     saved = torch.load(good, map_location="cpu", weights_only=True)
-    translator = load_translator(good, "cpu")
+    translator = Translator.from_checkpoint(good, "cpu")
     assert not translator.model.training
     assert translator.model.cfg.to_dict() == saved["hyper_parameters"]["model"]
     for key, value in translator.model.state_dict().items():
@@ -87,7 +87,7 @@ def test_joint_vocabulary_is_stored_once(tmp_path: Path, protos: dict[str, bytes
     fields = inference_fields(joint, joint, "de", "en")
     assert fields["tgt_spm"] is None
     path = write_checkpoint(tmp_path / "joint.ckpt", model, fields)
-    translator = load_translator(path)
+    translator = Translator.from_checkpoint(path)
     assert translator.tgt_tokenizer is translator.src_tokenizer
     assert translator.model.src_embed is translator.model.tgt_embed
 
@@ -114,7 +114,7 @@ def test_training_checkpoint_extras_are_ignored(good: Path, tmp_path: Path) -> N
     )
     checkpoint["state_dict"]["criterion.weight"] = torch.ones(3)
     torch.save(checkpoint, tmp_path / "lightning.ckpt")
-    load_translator(tmp_path / "lightning.ckpt")
+    Translator.from_checkpoint(tmp_path / "lightning.ckpt")
 
 
 def _rewrite(good: Path, tmp_path: Path, change: Callable[[dict], None]) -> Path:
@@ -163,7 +163,7 @@ def test_broken_checkpoints_raise_one_line_errors(case: str, good: Path, tmp_pat
     change, phrase = BROKEN[case]
     path = _rewrite(good, tmp_path, change)
     with pytest.raises(CheckpointError) as error:
-        load_translator(path)
+        Translator.from_checkpoint(path)
     message = str(error.value)
     assert message.startswith(f"{path}: ") and "\n" not in message
     assert phrase in message

@@ -9,7 +9,7 @@ import matplotlib
 import pytest
 import torch
 
-from training.attention_plot import plot_attention, plot_cross_attention
+from translation.attention_plot import plot_attention, plot_cross_attention
 
 SRC = ["▁ein", "▁hund", "▁läuft", "</s>"]
 OUT = ["▁a", "▁dog", "▁runs", "</s>"]

@@ -1,0 +1,26 @@
+"""What ``translate.py`` runs: a trained checkpoint turned into translations, as a Python API.
+
+    from translation import Translator
+    translator = Translator.from_checkpoint("runs/x/checkpoints/averaged.ckpt", device="cpu")
+    translator.translate(["Ein Hund rennt über die Wiese."])
+
+Modules, one concept each:
+
+* ``translation.checkpoint``: the checkpoint contract between training and inference (writing,
+  reading, checking every part, one-line ``CheckpointError``).
+* ``translation.lines``: input lines read so that every line gives exactly one output line.
+* ``translation.translator``: ``Translator`` (encode, crop, batch, search, decode, in input
+  order), ``SearchOptions``, ``Translation``.
+* ``translation.workers``: ``WorkerPool``, decoding in single-thread CPU processes.
+* ``translation.metrics``: sacreBLEU and chrF with their signatures.
+* ``translation.attention_plot``: cross-attention heatmaps (matplotlib, imported when asked for).
+
+Neither Lightning nor Hydra is imported here: ``training`` (what ``train.py`` runs) depends on this
+package for the checkpoint contract and the metrics, never the other way round.
+"""
+
+from translation.checkpoint import CheckpointError
+from translation.lines import read_lines
+from translation.translator import SearchOptions, Translation, Translator
+
+__all__ = ["CheckpointError", "SearchOptions", "Translation", "Translator", "read_lines"]
