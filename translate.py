@@ -130,9 +130,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="batch lines sorted by length so that each batch has at most N padded source tokens; "
         "output order is the input order (default: 4096)",
     )
-    search.add_argument(
-        "--no-cache", action="store_true", help="recompute the decoder at every step (slow; for checks)"
-    )
     run = parser.add_argument_group("running")
     run.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
     run.add_argument(
@@ -333,7 +330,6 @@ def translate_input(args: argparse.Namespace, translator: Translator, pool: Work
         max_len_a=args.max_len_a,
         max_len_b=args.max_len_b,
         greedy=args.greedy,
-        use_cache=not args.no_cache,
     )
     start = time.perf_counter()
     sources = translator.encode_sources(lines, name)

@@ -9,7 +9,8 @@
 Systems (all at ``--threads`` threads, float32, batch 32, the same batches in the same order):
 
 * ``ours``: ``transformer.search.greedy_search`` / ``beam_search`` with the K/V caches;
-* ``ours uncached``: the same searches with ``use_cache=False`` (decoder recomputed on the prefix);
+* ``ours uncached``: the same searches without caches (``bench/uncached.py``: the decoder
+  recomputed on the prefix);
 * ``HF generate``: ``transformers.MarianMTModel.generate()`` with the same sizes and *our* weights
   copied in (``bench/peers.py``), its default attention (SDPA), ``use_cache=True``;
 * ``CT2 fp32``: ``ctranslate2.Translator`` on our weights converted to a ``TransformerSpec``
@@ -90,6 +91,7 @@ from bench.common import (  # noqa: E402
 )
 from bench.ct2_worker import CT2Worker  # noqa: E402
 from bench.peers import ct2_to_ids, ids_to_ct2, to_ctranslate2, to_marian  # noqa: E402
+from bench.uncached import Recomputing  # noqa: E402
 from transformer import Transformer, TransformerConfig  # noqa: E402
 from transformer.search import beam_search, greedy_search  # noqa: E402
 from translation.workers import WorkerPool  # noqa: E402
@@ -139,9 +141,10 @@ def search_job(model: Transformer, job: tuple[torch.Tensor, int, int, int, bool]
     job: ``(src, beam, max output tokens, min output tokens, use_cache)`` -> output ids per sentence.
     """
     src, beam, n, least, use_cache = job
+    searched = model if use_cache else Recomputing(model)
     if beam == 1:
-        return greedy_search(model, src, BOS, EOS, 0.0, n, use_cache=use_cache, min_len=least)
-    hyps = beam_search(model, src, BOS, EOS, beam, 1, ALPHA, 0.0, n, use_cache=use_cache, min_len=least)
+        return greedy_search(searched, src, BOS, EOS, 0.0, n, min_len=least)
+    hyps = beam_search(searched, src, BOS, EOS, beam, 1, ALPHA, 0.0, n, min_len=least)
     return [h[0].tokens for h in hyps]
 
 

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 import translate
+from bench.uncached import Recomputing
 from tests.toy_text import LEXICON, toy_pairs, train_word_spm, translate_words
 from transformer import Transformer, TransformerConfig
 from translation.checkpoint import inference_fields, write_checkpoint
@@ -310,12 +311,16 @@ def test_bfloat16_weights_translate_the_toy_task(
     )
 
 
-def test_cached_equals_recomputed_through_the_translator(toy_checkpoint: Path) -> None:
+def test_cached_equals_recomputed_through_the_translator(
+    toy_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     translator = Translator.from_checkpoint(toy_checkpoint)
     sources = translator.encode_sources(TEST_SOURCES)
     for options in (SearchOptions(greedy=True), SearchOptions(beam_size=4, nbest=4)):
         cached = translator.translate_ids(sources, options)
-        recomputed = translator.translate_ids(sources, SearchOptions(**{**vars(options), "use_cache": False}))
+        with monkeypatch.context() as patch:  # the same translator, its model searched without caches
+            patch.setattr(translator, "model", Recomputing(translator.model))
+            recomputed = translator.translate_ids(sources, options)
         assert [[h.tokens for h in hyps] for hyps in cached] == [
             [h.tokens for h in hyps] for hyps in recomputed
         ]

@@ -3,8 +3,8 @@
 Both run the encoder once, project each sentence's cross-attention K/V once (shared by its
 beams, never copied per beam), grow and reorder the self-attention cache step by step, and
 drop finished sentences from the active batch so that later steps only pay for live ones.
-``use_cache=False`` recomputes the decoder (and the cross-attention K/V) on the whole prefix
-at every step instead: slow, for tests and benchmarks.
+They talk to the model through ``encode``, ``start_decoding``, ``decode_step`` and the state's
+``select`` only (``bench/uncached.py`` offers the same without caches, as the baseline).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from transformer.model import DecoderState, Transformer
+from transformer.model import Transformer
 
 
 @dataclass
@@ -24,43 +24,6 @@ class Hypothesis:
     tokens: list[int]
     score: float
     log_prob: float
-
-
-class _RecomputeState:
-    """Stand-in for ``DecoderState`` that keeps the token prefix and recomputes everything."""
-
-    def __init__(self, memory: Tensor, src_mask: Tensor, bos: Tensor) -> None:
-        self.memory = memory  # (n_src, S, D)
-        self.src_mask = src_mask  # (n_src, 1, 1, S)
-        self.prefix = bos.new_empty(bos.size(0), 0)  # (rows, steps) tokens fed so far
-
-    def select(self, rows: Tensor, sources: Tensor | None = None) -> None:
-        self.prefix = self.prefix.index_select(0, rows)
-        if sources is not None:
-            self.memory = self.memory.index_select(0, sources)
-            self.src_mask = self.src_mask.index_select(0, sources)
-
-
-def _start(
-    model: Transformer, src: Tensor, use_cache: bool, rows: int, max_steps: int
-) -> DecoderState | _RecomputeState:
-    """Encodes ``src`` [n_src, src_len]; the state for ``rows`` first hypotheses and ``max_steps`` steps."""
-    memory, src_mask = model.encode(src)
-    if use_cache:
-        return model.start_decoding(memory, src_mask, max_steps)
-    return _RecomputeState(memory, src_mask, src.new_zeros(rows))
-
-
-def _step(model: Transformer, tokens: Tensor, state: DecoderState | _RecomputeState) -> Tensor:
-    """tokens: [rows] -> next-token logits [rows, V], in the model's dtype (not copied to fp32:
-    at [160, 8000] the copy alone cost 11% of a bf16 beam search)."""
-    if isinstance(state, DecoderState):
-        logits = model.decode_step(tokens, state)
-    else:
-        state.prefix = torch.cat([state.prefix, tokens[:, None]], dim=1)
-        cross_kv = model.project_memory(state.memory)
-        logits = model.decode(state.prefix, cross_kv, state.src_mask, last_only=True)[0][:, 0]
-    return logits
 
 
 TOPK_BLOCK = 64  # vocabulary block of ``row_topk``: a multiple of the CPU's 16-float vectors
@@ -133,7 +96,6 @@ def greedy_search(
     eos_id: int,
     max_len_a: float = 1.5,
     max_len_b: int = 10,
-    use_cache: bool = True,
     min_len: int = 0,
 ) -> list[list[int]]:
     """Most likely next token at each step until EOS or the length limit.
@@ -143,7 +105,6 @@ def greedy_search(
         src: [batch, src_len] source ids, right-padded with the model's pad id.
         bos_id, eos_id: target begin/end-of-sentence ids.
         max_len_a, max_len_b: at most a * source_length + b output tokens (EOS excluded).
-        use_cache: False recomputes the decoder on the whole prefix each step (slow).
         min_len: EOS is forbidden before this many output tokens (the length limit still wins).
 
     Returns:
@@ -151,12 +112,13 @@ def greedy_search(
     """
     n = src.size(0)
     max_lens = max_output_lengths(src, model.cfg.pad_id, max_len_a, max_len_b, model.cfg.max_positions - 1)
-    state = _start(model, src, use_cache, n, int(max_lens.max()) + 1)
+    memory, src_mask = model.encode(src)
+    state = model.start_decoding(memory, src_mask, max_steps=int(max_lens.max()) + 1)
     out = src.new_full((n, int(max_lens.max())), eos_id)  # (n, Tmax), EOS-filled
     active = torch.arange(n, device=src.device)  # original index of each live row
     tokens = src.new_full((n,), bos_id)
     for t in range(out.size(1)):
-        logits = _step(model, tokens, state)  # (rows, V)
+        logits = model.decode_step(tokens, state)  # (rows, V), in the model's dtype
         if t < min_len:
             logits[:, eos_id] = float("-inf")
         next_tokens = logits.argmax(dim=-1)  # (rows,); argmax needs no softmax
@@ -192,7 +154,6 @@ def beam_search(
     alpha: float = 0.6,
     max_len_a: float = 1.5,
     max_len_b: int = 10,
-    use_cache: bool = True,
     min_len: int = 0,
 ) -> list[list[Hypothesis]]:
     """Batched beam search with GNMT length penalty.
@@ -212,7 +173,6 @@ def beam_search(
         alpha: length penalty exponent; scores are log P / ((5 + |y|) / 6) ** alpha, |y|
             counting EOS.
         max_len_a, max_len_b: at most a * source_length + b output tokens (EOS excluded).
-        use_cache: False recomputes the decoder on the whole prefix each step (slow).
         min_len: EOS is forbidden before this many output tokens (the length limit still wins).
 
     Returns:
@@ -225,7 +185,8 @@ def beam_search(
         raise ValueError(f"beam_size={beam_size} exceeds the {vocab}-word target vocabulary")
     n, k, device = src.size(0), beam_size, src.device
     max_lens = max_output_lengths(src, model.cfg.pad_id, max_len_a, max_len_b, model.cfg.max_positions - 1)
-    state = _start(model, src, use_cache, n, int(max_lens.max()) + 1)
+    memory, src_mask = model.encode(src)
+    state = model.start_decoding(memory, src_mask, max_steps=int(max_lens.max()) + 1)
     finished: list[list[Hypothesis]] = [[] for _ in range(n)]
     active = torch.arange(n, device=device)  # original index of each live sentence
     n_finished = torch.zeros(n, dtype=torch.long, device=device)  # per live sentence
@@ -238,7 +199,7 @@ def beam_search(
     t = 0
     while active.numel():
         m = active.numel()
-        logits = _step(model, tokens, state)  # (m*g, V)
+        logits = model.decode_step(tokens, state)  # (m*g, V), in the model's dtype
         if t < min_len:
             logits[:, eos_id] = float("-inf")
         # A sentence's 2k best continuations are among the 2k best of each of its beams.

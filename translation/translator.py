@@ -101,7 +101,6 @@ class SearchOptions:
         alpha: GNMT length penalty exponent (0: raw log-probabilities).
         max_len_a, max_len_b: at most ``a * source_length + b`` output tokens.
         greedy: greedy search instead of beam search (no scores: they are NaN).
-        use_cache: False recomputes the decoder on the whole prefix each step (slow; for tests).
     """
 
     beam_size: int = 5
@@ -110,7 +109,6 @@ class SearchOptions:
     max_len_a: float = 1.5
     max_len_b: int = 10
     greedy: bool = False
-    use_cache: bool = True
 
     def __post_init__(self) -> None:
         if self.beam_size < 1:
@@ -155,7 +153,6 @@ def search_batch(
         eos_id=eos_id,
         max_len_a=options.max_len_a,
         max_len_b=options.max_len_b,
-        use_cache=options.use_cache,
     )
     with torch.no_grad():
         if options.greedy:

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import transformer.search as search_module
+from bench.uncached import Recomputing
 from tests.transformer.helpers import BOS, EOS, PAD, random_tokens, tiny_model
 from transformer.search import (
     _top_log_probs,
@@ -49,9 +50,9 @@ def test_beam_size_one_is_greedy(norm_first):
 def test_cached_search_equals_recomputed_search():
     model = _model_with_eos_bias()
     src = _ragged_batch([5, 8, 3, 6])
-    assert greedy_search(model, src, BOS, EOS) == greedy_search(model, src, BOS, EOS, use_cache=False)
+    assert greedy_search(model, src, BOS, EOS) == greedy_search(Recomputing(model), src, BOS, EOS)
     cached = beam_search(model, src, BOS, EOS, beam_size=4, nbest=4)
-    recomputed = beam_search(model, src, BOS, EOS, beam_size=4, nbest=4, use_cache=False)
+    recomputed = beam_search(Recomputing(model), src, BOS, EOS, beam_size=4, nbest=4)
     assert [[h.tokens for h in n] for n in cached] == [[h.tokens for h in n] for n in recomputed]
     for a, b in zip(cached, recomputed, strict=True):
         torch.testing.assert_close(torch.tensor([h.score for h in a]), torch.tensor([h.score for h in b]))

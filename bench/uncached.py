@@ -1,0 +1,63 @@
+"""The search without caches: the baseline that cached decoding is measured and tested against.
+
+``Recomputing(model)`` offers what ``greedy_search`` and ``beam_search`` call on a model
+(``cfg``, ``encode``, ``start_decoding``, ``decode_step``) but keeps only the token prefix between
+steps: every step runs the decoder, and projects the cross-attention K/V, on the whole prefix
+again, and computes the logits of the last position only (all a search step needs). The search
+code is the same for both, so any difference in outputs is the caches'.
+
+Used by ``bench/decode_speed.py`` (cached vs uncached speed and FLOPs) and by the tests of
+cache equivalence; it is not part of the product.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from transformer import Transformer
+
+
+class RecomputeState:
+    """Stand-in for ``DecoderState``: the tokens fed so far and the encoder output.
+
+    Attributes:
+        memory: [n_src, src_len, d_model] encoder output of the live sources.
+        src_mask: bool [n_src, 1, 1, src_len].
+        prefix: [rows, steps] tokens fed so far (BOS first).
+    """
+
+    def __init__(self, memory: Tensor, src_mask: Tensor) -> None:
+        self.memory, self.src_mask = memory, src_mask
+        self.prefix: Tensor | None = None
+
+    def select(self, rows: Tensor, sources: Tensor | None = None) -> None:
+        """Keeps hypotheses ``rows`` (and sources ``sources``), as ``DecoderState.select`` does."""
+        if self.prefix is not None:
+            self.prefix = self.prefix.index_select(0, rows)
+        if sources is not None:
+            self.memory = self.memory.index_select(0, sources)
+            self.src_mask = self.src_mask.index_select(0, sources)
+
+
+class Recomputing:
+    """``model`` as the searches see it, decoding without caches (see the module docstring)."""
+
+    def __init__(self, model: Transformer) -> None:
+        self.model = model
+        self.cfg = model.cfg
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """src: [n_src, src_len] -> memory [n_src, src_len, d_model], mask [n_src, 1, 1, src_len]."""
+        return self.model.encode(src)
+
+    def start_decoding(self, memory: Tensor, src_mask: Tensor, max_steps: int = 64) -> RecomputeState:
+        """The state before the first step (``max_steps`` is not needed: nothing is pre-allocated)."""
+        return RecomputeState(memory, src_mask)
+
+    def decode_step(self, tokens: Tensor, state: RecomputeState) -> Tensor:
+        """tokens: [rows] -> next-token logits [rows, tgt_vocab], recomputed from the whole prefix."""
+        new = tokens[:, None]  # (rows, 1)
+        state.prefix = new if state.prefix is None else torch.cat([state.prefix, new], dim=1)
+        cross_kv = self.model.project_memory(state.memory)
+        return self.model.decode(state.prefix, cross_kv, state.src_mask, last_only=True)[0][:, 0]
