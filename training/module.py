@@ -89,7 +89,7 @@ class TranslationModule(L.LightningModule):
         )
         self.model = Transformer(TransformerConfig.from_dict({**model, "pad_id": special_ids["pad_id"]}))
         # Validation and test decoding (autograd off, CPU) use packed weights, packed again on
-        # first use after optimizer steps changed them; training never uses them (packing.py).
+        # first use after optimizer steps changed them; training never uses them (cpu_kernels.py).
         self.model.pack_for_inference()
         self.pad_id, self.bos_id, self.eos_id = (special_ids[k] for k in ("pad_id", "bos_id", "eos_id"))
         self.output_dir: str | None = None  # where the test stage writes its translations

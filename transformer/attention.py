@@ -1,4 +1,10 @@
-"""Scaled dot-product attention and multi-head attention with inference caches.
+"""Attention (paper, section 3.2): scaled dot-product attention, multi-head attention, the caches.
+
+Read top to bottom: :func:`scaled_dot_product_attention` is equation (1) written out;
+:func:`fused_attention` is the same through PyTorch's fused kernels (flash / memory-efficient on
+a GPU); :class:`MultiHeadAttention` is section 3.2.2, used three ways; :class:`KVCache` keeps the
+decoder's keys and values between decoding steps. CPU speed-ups (packed weights, written-out
+attention for small shapes) are delegated to ``cpu_kernels.py``, which says why.
 
 Mask convention everywhere: a boolean tensor that is True where attention is *allowed*
 (the same as ``torch.nn.functional.scaled_dot_product_attention``).
@@ -12,9 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer.packing import PackedLinears
-
-SMALL_QUERY = 16  # decoding-sized query lengths: see fused_attention
+from transformer import cpu_kernels
+from transformer.cpu_kernels import PackedLinears
 
 
 def causal_mask(q_len: int, k_len: int, device: torch.device) -> Tensor:
@@ -26,18 +31,10 @@ def causal_mask(q_len: int, k_len: int, device: torch.device) -> Tensor:
     return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(diagonal=k_len - q_len)
 
 
-def softmax_last(scores: Tensor) -> Tensor:
-    """``scores.softmax(dim=-1)``, written out for short rows while decoding on the CPU.
-
-    PyTorch's CPU softmax is vectorised along the softmax dimension and takes a slow path when
-    it is shorter than a vector (16 floats): over [160, 4, 1, t], the self-attention of 160
-    hypotheses to t < 16 cached steps, it took 34-164 us against 17-36 us written out (1 thread,
-    BENCHMARKS.md). Written out in place, so only with autograd off.
-    """
-    if scores.size(-1) >= 16 or torch.is_grad_enabled() or scores.device.type != "cpu":
-        return scores.softmax(dim=-1)
-    weights = (scores - scores.amax(dim=-1, keepdim=True)).exp_()
-    return weights.div_(weights.sum(dim=-1, keepdim=True))
+def _with_causal(mask: Tensor | None, q: Tensor, k: Tensor) -> Tensor:
+    """``mask`` (or nothing) and the causal mask of queries ``q`` over keys ``k``."""
+    allowed = causal_mask(q.size(-2), k.size(-2), q.device)
+    return allowed if mask is None else mask & allowed
 
 
 def scaled_dot_product_attention(
@@ -48,7 +45,7 @@ def scaled_dot_product_attention(
     causal: bool = False,
     dropout_p: float = 0.0,
 ) -> tuple[Tensor, Tensor]:
-    """softmax(Q K^T / sqrt(d_k)) V, written out, also returning the weights.
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, written out, also returning the weights.
 
     Args:
         q: [batch, heads, q_len, d_k] queries.
@@ -63,11 +60,10 @@ def scaled_dot_product_attention(
     """
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
     if causal:
-        allowed = causal_mask(q.size(-2), k.size(-2), q.device)
-        mask = allowed if mask is None else mask & allowed
+        mask = _with_causal(mask, q, k)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = softmax_last(scores)
+    weights = scores.softmax(dim=-1)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     return weights @ v, weights
@@ -81,27 +77,158 @@ def fused_attention(
     causal: bool = False,
     dropout_p: float = 0.0,
 ) -> Tensor:
-    """The same as ``scaled_dot_product_attention`` through PyTorch's fused kernels (no weights).
-
-    Exceptions on the CPU, where the written-out path (two batched matmuls) is faster for
-    translation's short sequences (torch 2.13, AVX512-BF16, 2 threads; BENCHMARKS.md):
-
-    * bf16/fp16: the CPU flash kernel took 53 ms against 6 ms forward+backward at [273, 4, 15, 64];
-    * decoding (autograd off, at most ``SMALL_QUERY`` queries): one new token per hypothesis
-      against the cache, or a sentence's few beams against its source, e.g. 160 us against 380 us
-      at q [32, 4, 5, 64], k [32, 4, 20, 64].
-    """
-    if q.device.type == "cpu" and (
-        q.dtype in (torch.bfloat16, torch.float16)
-        or (q.size(-2) <= SMALL_QUERY and not torch.is_grad_enabled())
-    ):
-        return scaled_dot_product_attention(q, k, v, mask, causal, dropout_p)[0]
+    """The same as ``scaled_dot_product_attention`` through PyTorch's fused kernels (no weights)."""
     if causal:
         if mask is None and q.size(-2) == k.size(-2):
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
-        allowed = causal_mask(q.size(-2), k.size(-2), q.device)
-        mask = allowed if mask is None else mask & allowed
+        mask = _with_causal(mask, q, k)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention (paper, section 3.2.2), used three ways.
+
+    * encoder self-attention: ``self_attention(x, mask=src_mask)``;
+    * decoder masked self-attention: ``self_attention(y, causal=True, cache=KVCache())``;
+    * encoder-decoder attention: ``cross_attention(y, project_kv(memory), mask=src_mask)``.
+
+    The Q, K and V projections live in one [3*d_model, d_model] matrix (``in_proj``), the layout
+    of ``torch.nn.MultiheadAttention``: self-attention does one matmul for all three, and
+    cross-attention uses the rows for Q on the decoder and those for K, V on the encoder output.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.d_head = d_model // n_heads
+        self.dropout = dropout
+        self.in_proj = nn.Linear(d_model, 3 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+        nn.init.xavier_uniform_(self.in_proj.weight)
+        nn.init.zeros_(self.in_proj.bias)
+        nn.init.xavier_uniform_(self.out_proj.weight)
+        nn.init.zeros_(self.out_proj.bias)
+        self.packed = PackedLinears()  # CPU inference copies of the matrices above (cpu_kernels.py)
+
+    def _split_heads(self, x: Tensor) -> Tensor:
+        """[batch, len, d_model] -> [batch, heads, len, d_head]."""
+        b, t, _ = x.shape
+        return x.view(b, t, self.n_heads, self.d_head).transpose(1, 2)
+
+    def _merge_heads(self, x: Tensor) -> Tensor:
+        """[batch, heads, len, d_head] -> [batch, len, d_model]."""
+        b, _, t, _ = x.shape
+        return x.transpose(1, 2).reshape(b, t, self.d_model)
+
+    def _attend(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        p = self.dropout if self.training else 0.0
+        if need_weights:
+            return scaled_dot_product_attention(q, k, v, mask, causal, p)
+        if cpu_kernels.prefers_written_out(q):  # CPU: bf16, and decoding's few queries
+            return cpu_kernels.attention(q, k, v, _with_causal(mask, q, k) if causal else mask, p), None
+        return fused_attention(q, k, v, mask, causal, p), None
+
+    def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Encoder output to cross-attention keys and values, once per source sentence.
+
+        memory: [batch, src_len, d_model] -> (k, v), each [batch, heads, src_len, d_head].
+        """
+        w = self.in_proj.weight[self.d_model :]
+        b = self.in_proj.bias[self.d_model :]
+        k, v = self.packed.linear("kv", memory, w, b).chunk(2, dim=-1)  # (B, S, D) each
+        # Contiguous once here, or every decoding step's matmul would copy them.
+        return self._split_heads(k).contiguous(), self._split_heads(v).contiguous()
+
+    def self_attention(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attention of a sequence to itself.
+
+        Args:
+            x: [batch, len, d_model].
+            mask: bool [batch, 1, 1 or len, len], True = may attend (key padding).
+            causal: forbid attending to later positions.
+            cache: decoding only: the keys/values of the steps so far, to which this call's
+                are appended (in place).
+            need_weights: use the written-out path and return the weights.
+
+        Returns:
+            [batch, len, d_model] and the weights [batch, heads, len, keys] or None.
+        """
+        q, k, v = self._project_qkv(x)  # (B, H, T, Dh) each
+        if cache is not None:
+            k, v = cache.extend(k, v)  # (B, H, t+T, Dh)
+            # A single new query may see every cached key: no mask needed.
+            causal = causal and q.size(2) > 1
+        out, weights = self._attend(q, k, v, mask, causal, need_weights)
+        return self._project_out(out), weights
+
+    def cross_attention(
+        self,
+        x: Tensor,
+        kv: tuple[Tensor, Tensor],
+        mask: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Decoder queries attending to projected encoder keys/values.
+
+        Several hypotheses may share one source (beam search): ``x`` may hold ``g`` rows per
+        source sentence, consecutive, while ``kv`` and ``mask`` hold one row per sentence. The
+        ``g`` rows then become ``g * len`` queries of that sentence, so K/V are never copied.
+
+        Args:
+            x: [n_src * g, len, d_model] decoder states.
+            kv: (k, v) from ``project_kv``, each [n_src, heads, src_len, d_head].
+            mask: bool [n_src, 1, 1, src_len], True at real source tokens.
+            need_weights: use the written-out path and return the weights.
+
+        Returns:
+            [n_src * g, len, d_model] and the weights [n_src * g, heads, len, src_len] or None.
+        """
+        k, v = kv
+        n_src = k.size(0)
+        rows, t, _ = x.shape
+        if rows % n_src:
+            raise ValueError(f"{rows} decoder rows do not split evenly over {n_src} sources")
+        g = rows // n_src
+        q = self._split_heads(self._project_q(x))  # (n*g, H, T, Dh)
+        if g > 1:
+            # (n*g, H, T, Dh) -> (n, H, g*T, Dh): hypotheses of one source become more queries.
+            q = q.view(n_src, g, self.n_heads, t, self.d_head).transpose(1, 2)
+            q = q.reshape(n_src, self.n_heads, g * t, self.d_head)
+        out, weights = self._attend(q, k, v, mask, False, need_weights)
+        if g > 1:
+            out = out.view(n_src, self.n_heads, g, t, self.d_head).transpose(1, 2)
+            out = out.reshape(rows, self.n_heads, t, self.d_head)
+            if weights is not None:
+                weights = weights.view(n_src, self.n_heads, g, t, -1).transpose(1, 2)
+                weights = weights.reshape(rows, self.n_heads, t, -1)
+        return self._project_out(out), weights
+
+    def _project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """[batch, len, d_model] -> queries, keys, values, each [batch, heads, len, d_head]."""
+        qkv = self.packed.linear("qkv", x, self.in_proj.weight, self.in_proj.bias)  # (B, T, 3D)
+        q, k, v = qkv.chunk(3, dim=-1)
+        return self._split_heads(q), self._split_heads(k), self._split_heads(v)
+
+    def _project_q(self, x: Tensor) -> Tensor:
+        """[batch, len, d_model] -> queries [batch, len, d_model] (the first third of in_proj)."""
+        w, b = self.in_proj.weight[: self.d_model], self.in_proj.bias[: self.d_model]
+        return self.packed.linear("q", x, w, b)
+
+    def _project_out(self, out: Tensor) -> Tensor:
+        """Attention output [batch, heads, len, d_head] -> [batch, len, d_model] through out_proj."""
+        return self.packed.linear("out", self._merge_heads(out), self.out_proj.weight, self.out_proj.bias)
 
 
 class KVCache:
@@ -178,142 +305,3 @@ class KVCache:
         if self._buf is not None:
             new[:, :, :, : self.length] = self._buf[:, :, :, : self.length]
         self._buf, self._store = new, store
-
-
-class MultiHeadAttention(nn.Module):
-    """Multi-head attention (paper, section 3.2.2), used three ways.
-
-    * encoder self-attention: ``self_attention(x, mask=src_mask)``;
-    * decoder masked self-attention: ``self_attention(y, causal=True, cache=KVCache())``;
-    * encoder-decoder attention: ``cross_attention(y, project_kv(memory), mask=src_mask)``.
-
-    The Q, K and V projections live in one [3*d_model, d_model] matrix (``in_proj``), the layout
-    of ``torch.nn.MultiheadAttention``: self-attention does one matmul for all three, and
-    cross-attention uses the rows for Q on the decoder and those for K, V on the encoder output.
-    """
-
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
-        super().__init__()
-        if d_model % n_heads:
-            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
-        self.d_model = d_model
-        self.n_heads = n_heads
-        self.d_head = d_model // n_heads
-        self.dropout = dropout
-        self.in_proj = nn.Linear(d_model, 3 * d_model)
-        self.out_proj = nn.Linear(d_model, d_model)
-        nn.init.xavier_uniform_(self.in_proj.weight)
-        nn.init.zeros_(self.in_proj.bias)
-        nn.init.xavier_uniform_(self.out_proj.weight)
-        nn.init.zeros_(self.out_proj.bias)
-        self.packed = PackedLinears()  # inference copies of the matrices above (packing.py)
-
-    def _split_heads(self, x: Tensor) -> Tensor:
-        """[batch, len, d_model] -> [batch, heads, len, d_head]."""
-        b, t, _ = x.shape
-        return x.view(b, t, self.n_heads, self.d_head).transpose(1, 2)
-
-    def _merge_heads(self, x: Tensor) -> Tensor:
-        """[batch, heads, len, d_head] -> [batch, len, d_model]."""
-        b, _, t, _ = x.shape
-        return x.transpose(1, 2).reshape(b, t, self.d_model)
-
-    def _attend(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, need_weights: bool
-    ) -> tuple[Tensor, Tensor | None]:
-        p = self.dropout if self.training else 0.0
-        if need_weights:
-            return scaled_dot_product_attention(q, k, v, mask, causal, p)
-        return fused_attention(q, k, v, mask, causal, p), None
-
-    def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Encoder output to cross-attention keys and values, once per source sentence.
-
-        memory: [batch, src_len, d_model] -> (k, v), each [batch, heads, src_len, d_head].
-        """
-        w = self.in_proj.weight[self.d_model :]
-        b = self.in_proj.bias[self.d_model :]
-        k, v = self.packed.linear("kv", memory, w, b).chunk(2, dim=-1)  # (B, S, D) each
-        # Contiguous once here, or every decoding step's matmul would copy them.
-        return self._split_heads(k).contiguous(), self._split_heads(v).contiguous()
-
-    def self_attention(
-        self,
-        x: Tensor,
-        mask: Tensor | None = None,
-        causal: bool = False,
-        cache: KVCache | None = None,
-        need_weights: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
-        """Attention of a sequence to itself.
-
-        Args:
-            x: [batch, len, d_model].
-            mask: bool [batch, 1, 1 or len, len], True = may attend (key padding).
-            causal: forbid attending to later positions.
-            cache: decoding only: the keys/values of the steps so far, to which this call's
-                are appended (in place).
-            need_weights: use the written-out path and return the weights.
-
-        Returns:
-            [batch, len, d_model] and the weights [batch, heads, len, keys] or None.
-        """
-        q, k, v = self.packed.linear("qkv", x, self.in_proj.weight, self.in_proj.bias).chunk(3, dim=-1)
-        q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
-        if cache is not None:
-            k, v = cache.extend(k, v)  # (B, H, t+T, Dh)
-            # A single new query may see every cached key: no mask needed.
-            causal = causal and q.size(2) > 1
-        out, weights = self._attend(q, k, v, mask, causal, need_weights)
-        return self._project_out(out), weights
-
-    def cross_attention(
-        self,
-        x: Tensor,
-        kv: tuple[Tensor, Tensor],
-        mask: Tensor | None = None,
-        need_weights: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
-        """Decoder queries attending to projected encoder keys/values.
-
-        Several hypotheses may share one source (beam search): ``x`` may hold ``g`` rows per
-        source sentence, consecutive, while ``kv`` and ``mask`` hold one row per sentence. The
-        ``g`` rows then become ``g * len`` queries of that sentence, so K/V are never copied.
-
-        Args:
-            x: [n_src * g, len, d_model] decoder states.
-            kv: (k, v) from ``project_kv``, each [n_src, heads, src_len, d_head].
-            mask: bool [n_src, 1, 1, src_len], True at real source tokens.
-            need_weights: use the written-out path and return the weights.
-
-        Returns:
-            [n_src * g, len, d_model] and the weights [n_src * g, heads, len, src_len] or None.
-        """
-        k, v = kv
-        n_src = k.size(0)
-        rows, t, _ = x.shape
-        if rows % n_src:
-            raise ValueError(f"{rows} decoder rows do not split evenly over {n_src} sources")
-        g = rows // n_src
-        q = self._split_heads(self._project_q(x))  # (n*g, H, T, Dh)
-        if g > 1:
-            # (n*g, H, T, Dh) -> (n, H, g*T, Dh): hypotheses of one source become more queries.
-            q = q.view(n_src, g, self.n_heads, t, self.d_head).transpose(1, 2)
-            q = q.reshape(n_src, self.n_heads, g * t, self.d_head)
-        out, weights = self._attend(q, k, v, mask, False, need_weights)
-        if g > 1:
-            out = out.view(n_src, self.n_heads, g, t, self.d_head).transpose(1, 2)
-            out = out.reshape(rows, self.n_heads, t, self.d_head)
-            if weights is not None:
-                weights = weights.view(n_src, self.n_heads, g, t, -1).transpose(1, 2)
-                weights = weights.reshape(rows, self.n_heads, t, -1)
-        return self._project_out(out), weights
-
-    def _project_q(self, x: Tensor) -> Tensor:
-        """[batch, len, d_model] -> queries [batch, len, d_model] (the first third of in_proj)."""
-        w, b = self.in_proj.weight[: self.d_model], self.in_proj.bias[: self.d_model]
-        return self.packed.linear("q", x, w, b)
-
-    def _project_out(self, out: Tensor) -> Tensor:
-        """Attention output [batch, heads, len, d_head] -> [batch, len, d_model] through out_proj."""
-        return self.packed.linear("out", self._merge_heads(out), self.out_proj.weight, self.out_proj.bias)

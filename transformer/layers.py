@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer.attention import KVCache, MultiHeadAttention
-from transformer.packing import PackedLinears
+from transformer.cpu_kernels import PackedLinears
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -20,7 +20,7 @@ class PositionwiseFeedForward(nn.Module):
         self.dropout = nn.Dropout(dropout)
         nn.init.xavier_uniform_(self.linear1.weight)
         nn.init.xavier_uniform_(self.linear2.weight)
-        self.packed = PackedLinears()  # inference copies of the matrices above (packing.py)
+        self.packed = PackedLinears()  # inference copies of the matrices above (cpu_kernels.py)
 
     def forward(self, x: Tensor) -> Tensor:
         """x: [batch, len, d_model] -> [batch, len, d_model]."""

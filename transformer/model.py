@@ -8,9 +8,9 @@ from torch import Tensor, nn
 
 from transformer.attention import KVCache
 from transformer.config import TransformerConfig
+from transformer.cpu_kernels import PackedLinears
 from transformer.embeddings import Embeddings, PositionalEncoding
 from transformer.layers import DecoderLayer, EncoderLayer
-from transformer.packing import PackedLinears
 
 
 @dataclass
@@ -142,10 +142,10 @@ class Transformer(nn.Module):
             self.output.weight = self.tgt_embed.weight
         else:
             nn.init.normal_(self.output.weight, mean=0.0, std=cfg.d_model**-0.5)
-        self.packed = PackedLinears()  # inference copy of the output matrix (packing.py)
+        self.packed = PackedLinears()  # inference copy of the output matrix (cpu_kernels.py)
 
     def pack_for_inference(self, enabled: bool = True) -> Transformer:
-        """Switches oneDNN-packed weights on (or off) for every linear map (see ``packing.py``).
+        """Switches oneDNN-packed weights on (or off) for every linear map (see ``cpu_kernels.py``).
 
         Packed weights are used only with autograd off and on the CPU, so training is unaffected;
         they are re-packed by themselves after in-place updates. Off frees the packed copies.

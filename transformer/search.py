@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from transformer.cpu_kernels import row_topk
 from transformer.model import Transformer
 
 
@@ -24,37 +25,6 @@ class Hypothesis:
     tokens: list[int]
     score: float
     log_prob: float
-
-
-TOPK_BLOCK = 64  # vocabulary block of ``row_topk``: a multiple of the CPU's 16-float vectors
-
-
-def row_topk(x: Tensor, n: int) -> tuple[Tensor, Tensor]:
-    """``x.topk(n, dim=-1)`` for rows over a large vocabulary, in two cheap passes.
-
-    The n largest entries of a row lie in the n blocks (of ``TOPK_BLOCK`` entries) with the
-    largest maxima: any other block's maximum is at most each of those n maxima. So: the
-    maximum of every block (one vectorised pass), the n best blocks, and ``topk`` over their
-    n * BLOCK entries (plus the vocabulary's last, partial block). On the 1-thread CPU of
-    BENCHMARKS.md ``topk(10)`` over [160, 8000] fp32 took 1.8 ms directly and 1.0 ms this way.
-    Values are the same as ``topk``'s; among exactly equal values the index chosen may differ.
-
-    x: [rows, V] -> (values, indices), each [rows, n], largest first.
-    """
-    rows, vocab = x.shape
-    blocks = vocab // TOPK_BLOCK
-    if blocks < 2 * n:  # too few blocks to skip many
-        return x.topk(n, dim=-1)
-    whole = x[:, : blocks * TOPK_BLOCK].unflatten(1, (blocks, TOPK_BLOCK))  # (rows, blocks, B)
-    best = whole.amax(dim=-1).topk(n, dim=-1).indices  # (rows, n) block numbers
-    cand = whole.gather(1, best[:, :, None].expand(rows, n, TOPK_BLOCK)).view(rows, n * TOPK_BLOCK)
-    index = (best[:, :, None] * TOPK_BLOCK + torch.arange(TOPK_BLOCK, device=x.device)).view(rows, -1)
-    if blocks * TOPK_BLOCK < vocab:  # the partial block at the end is always a candidate
-        cand = torch.cat([cand, x[:, blocks * TOPK_BLOCK :]], dim=1)
-        tail = torch.arange(blocks * TOPK_BLOCK, vocab, device=x.device).expand(rows, -1)
-        index = torch.cat([index, tail], dim=1)
-    values, pos = cand.topk(n, dim=-1)
-    return values, index.gather(1, pos)
 
 
 def _top_log_probs(logits: Tensor, n: int) -> tuple[Tensor, Tensor]:

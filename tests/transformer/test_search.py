@@ -3,16 +3,15 @@
 import pytest
 import torch
 
-import transformer.search as search_module
 from bench.uncached import Recomputing
 from tests.transformer.helpers import BOS, EOS, PAD, random_tokens, tiny_model
+from transformer import cpu_kernels
 from transformer.search import (
     _top_log_probs,
     beam_search,
     greedy_search,
     length_penalty,
     max_output_lengths,
-    row_topk,
 )
 
 
@@ -167,30 +166,13 @@ def test_top_log_probs_are_log_softmax():
     torch.testing.assert_close(log_probs, logits.log_softmax(-1).gather(1, tokens))
 
 
-@pytest.mark.parametrize("vocab", [40, 640, 1000, 8000, 8063])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_row_topk_equals_topk(vocab, dtype):
-    """Block maxima first, then topk inside the best blocks: the same values as ``topk``,
-    whole blocks or a partial last block, scaled rows, a row whose best are all at the end."""
-    g = torch.Generator().manual_seed(vocab)
-    x = (torch.randn(7, vocab, generator=g) * torch.tensor([0.1, 1, 10, 100, 1, 1, 1])[:, None]).to(dtype)
-    x[4, -5:] = 1e4  # the partial block holds the best
-    x[5, ::64] = 1e4  # each best entry in a block of its own
-    x[6, :3] = float("-inf")
-    values, index = row_topk(x, 10)
-    expected = x.topk(10, dim=-1).values
-    assert torch.equal(values, expected)
-    assert torch.equal(x.gather(1, index), values)
-    assert all(len(set(row)) == 10 for row in index.tolist())  # ten different tokens per row
-
-
 def test_beam_search_is_the_same_with_plain_topk(monkeypatch):
     """A vocabulary of 1,000 (15 blocks of 64 and a partial one) takes row_topk's block path;
     a block as big as the vocabulary makes it plain topk. The outputs must not differ."""
     model = tiny_model(tgt_vocab_size=1000)
     src = _ragged_batch([6, 3, 8, 5])
     blocked = beam_search(model, src, BOS, EOS, beam_size=3, nbest=3)
-    monkeypatch.setattr(search_module, "TOPK_BLOCK", 10**6)
+    monkeypatch.setattr(cpu_kernels, "TOPK_BLOCK", 10**6)
     plain = beam_search(model, src, BOS, EOS, beam_size=3, nbest=3)
     assert [[h.tokens for h in s] for s in blocked] == [[h.tokens for h in s] for s in plain]
     for b, p in zip(blocked, plain, strict=True):

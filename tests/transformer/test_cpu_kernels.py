@@ -1,4 +1,8 @@
-"""oneDNN-packed weights for CPU inference: F.linear's results, fresh after updates, never in autograd."""
+"""The CPU seam computes what the plain calls compute.
+
+Packed weights give F.linear's results, fresh after updates, never in autograd; the written-out
+attention and its short-row softmax equal the paper's attention; block top-k equals topk.
+"""
 
 import copy
 import io
@@ -8,8 +12,9 @@ import torch
 import torch.nn.functional as F
 
 from tests.transformer.helpers import BOS, EOS, random_tokens, tiny_model
-from transformer import packing
-from transformer.packing import PackedLinears, packing_available
+from transformer import cpu_kernels
+from transformer.attention import MultiHeadAttention, scaled_dot_product_attention
+from transformer.cpu_kernels import PackedLinears, packing_available, row_topk
 from transformer.search import beam_search, greedy_search
 
 needs_onednn = pytest.mark.skipif(not packing_available(), reason="this PyTorch build has no oneDNN")
@@ -141,7 +146,7 @@ def test_copies_and_pickles_start_without_packs():
 
 
 def test_without_onednn_it_is_f_linear(monkeypatch):
-    monkeypatch.setattr(packing, "packing_available", lambda: False)
+    monkeypatch.setattr(cpu_kernels, "packing_available", lambda: False)
     weight, bias = _weights()
     x = torch.randn(5, 16)
     packed = PackedLinears(enabled=True)
@@ -149,3 +154,63 @@ def test_without_onednn_it_is_f_linear(monkeypatch):
         got = packed.linear("w", x, weight, bias, relu=True)
     torch.testing.assert_close(got, F.relu(F.linear(x, weight, bias)))
     assert not packed._packs
+
+
+@pytest.mark.parametrize("length", [1, 2, 7, 15, 16, 33])
+def test_softmax_equals_torch_softmax(length):
+    """The written-out softmax (short rows, autograd off) equals PyTorch's, masked keys included;
+    with autograd on it is PyTorch's and has gradients."""
+    scores = torch.randn(10, 4, 3, length) * 5
+    scores[0, 0, 0, : length - 1] = float("-inf")  # one key left
+    with torch.no_grad():
+        torch.testing.assert_close(cpu_kernels.softmax(scores.clone()), scores.softmax(dim=-1))
+    leaf = scores.clone().requires_grad_()
+    cpu_kernels.softmax(leaf)[..., 0].sum().backward()
+    assert leaf.grad is not None and torch.isfinite(leaf.grad).all()
+
+
+@pytest.mark.parametrize("vocab", [40, 640, 1000, 8000, 8063])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_row_topk_equals_topk(vocab, dtype):
+    """Block maxima first, then topk inside the best blocks: the same values as ``topk``,
+    whole blocks or a partial last block, scaled rows, a row whose best are all at the end."""
+    g = torch.Generator().manual_seed(vocab)
+    x = (torch.randn(7, vocab, generator=g) * torch.tensor([0.1, 1, 10, 100, 1, 1, 1])[:, None]).to(dtype)
+    x[4, -5:] = 1e4  # the partial block holds the best
+    x[5, ::64] = 1e4  # each best entry in a block of its own
+    x[6, :3] = float("-inf")
+    values, index = row_topk(x, 10)
+    expected = x.topk(10, dim=-1).values
+    assert torch.equal(values, expected)
+    assert torch.equal(x.gather(1, index), values)
+    assert all(len(set(row)) == 10 for row in index.tolist())  # ten different tokens per row
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("tq", "tk", "causal"), [(1, 9, False), (5, 20, False), (6, 6, True), (4, 11, True)])
+def test_written_out_attention_equals_the_papers(dtype, tq, tk, causal):
+    """What decoding (autograd off, few queries) and bf16 take on the CPU equals equation (1),
+    key padding and causal masks included."""
+    g = torch.Generator().manual_seed(tq * 100 + tk)
+    q, k, v = (torch.randn(3, 2, n, 8, generator=g).to(dtype) for n in (tq, tk, tk))
+    mask = (torch.arange(tk) < torch.tensor([tk, tk - 2, 3])[:, None])[:, None, None, :]
+    mask[..., 0] = True  # every causal row sees key 0
+    expected, _ = scaled_dot_product_attention(q.float(), k.float(), v.float(), mask, causal)
+    with torch.no_grad():
+        assert cpu_kernels.prefers_written_out(q)
+        full = mask & torch.ones(tq, tk, dtype=torch.bool).tril(tk - tq) if causal else mask
+        got = cpu_kernels.attention(q, k, v, full)
+    tol = 1e-5 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(got.float(), expected, atol=tol, rtol=tol)
+
+
+def test_multi_head_attention_takes_the_seam_only_where_it_pays():
+    """fp32 with autograd on (training) and long queries use the fused kernel; decoding-sized
+    queries with autograd off use the written-out one; both give the same outputs."""
+    mha = MultiHeadAttention(16, 4).eval()
+    x = torch.randn(2, 5, 16)
+    assert not cpu_kernels.prefers_written_out(torch.randn(2, 4, 5, 4))  # autograd on
+    assert not cpu_kernels.prefers_written_out(torch.randn(2, 4, cpu_kernels.SMALL_QUERY + 1, 4))
+    with_weights, _ = mha.self_attention(x, causal=True, need_weights=True)
+    with torch.no_grad():
+        torch.testing.assert_close(mha.self_attention(x, causal=True)[0], with_weights, atol=1e-6, rtol=1e-5)

@@ -1,0 +1,206 @@
+"""CPU speed-ups, behind one seam: what the model hands to the CPU's own kernels, and why.
+
+The model (``attention.py``, ``layers.py``, ``model.py``, ``search.py``) reads like the paper and
+runs as written on a GPU. Four places hand their work to this module instead, each because the
+plain PyTorch call was measured to be slow on the CPU for translation's small shapes (figures:
+BENCHMARKS.md, "Decoding" and "What was tried"; 2-core AVX-512 machine, torch 2.13):
+
+1. **Packed weights** (:class:`PackedLinears`, every linear map, switched on by
+   ``Transformer.pack_for_inference()``). ``F.linear`` re-arranges the weight matrix for the CPU's
+   matrix kernels on every call. That is free next to a training batch of thousands of tokens,
+   but decoding multiplies a few rows (one per hypothesis) by every weight matrix at every step,
+   and there the re-arranging dominates: the decoder's matmuls of one greedy step (32 rows) took
+   7.1 ms through ``F.linear`` and 2.3 ms with packed weights. Packed copies are made with
+   PyTorch's ``torch.ops.mkldnn`` operators (the ones ``torch.compile`` uses for frozen CPU
+   models) and used when packing is on, autograd is off, and the input is on the CPU, float32 or
+   bfloat16 (or autocast to bfloat16), with oneDNN available; otherwise it is ``F.linear``. A
+   packed copy is made again when its weight changed in place (an optimizer step,
+   ``load_state_dict``), detected through the tensor's version counter. Writes through
+   ``weight.data`` bypass that counter: call ``pack_for_inference()`` again after them.
+2. **Written-out attention** (:func:`prefers_written_out`, :func:`attention`) instead of the
+   fused ``F.scaled_dot_product_attention``, which is faster on the GPU and for long sequences
+   but not here: in bf16 the CPU flash kernel took 53 ms against 6 ms forward+backward at
+   [273, 4, 15, 64] (training under bf16 autocast), and while decoding (autograd off, at most
+   ``SMALL_QUERY`` queries: one new token per hypothesis against the cache, or a sentence's few
+   beams against its source) two batched matmuls took 160 us against 380 us at q [32, 4, 5, 64],
+   k [32, 4, 20, 64].
+3. **Softmax over short rows** (:func:`softmax`), inside that written-out attention. PyTorch's CPU
+   softmax is vectorised along the softmax dimension and takes a slow path when it is shorter
+   than a vector (16 floats): over [160, 4, 1, t], the self-attention of 160 hypotheses to
+   t < 16 cached steps, it took 34-164 us against 17-36 us written out (1 thread).
+4. **Block top-k** (:func:`row_topk`) over the 8,000-word vocabulary in beam search: ``topk(10)``
+   over [160, 8000] fp32 took 1.8 ms directly and 1.0 ms in two passes (exact, same values).
+
+Each has a test that it computes what the plain call computes (``tests/transformer/test_cpu_kernels.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+SMALL_QUERY = 16  # decoding-sized query lengths (2. above)
+TOPK_BLOCK = 64  # vocabulary block of ``row_topk``: a multiple of the CPU's 16-float vectors
+
+
+# ------------------------------------------------------------------- 1. packed weights
+
+
+@functools.cache  # asked at every linear call while decoding
+def packing_available() -> bool:
+    """Whether this PyTorch build has the oneDNN operators packing needs."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+class PackedLinears:
+    """A module's packed weight matrices, by name, and the linear maps that use them (1. above).
+
+    Not part of the module's ``state_dict``; copies (``copy.deepcopy``, pickling) start empty.
+    """
+
+    # Packing takes a hint of the number of rows; any hint above 1 gave the same speed from 32
+    # to 1,000 rows in the measurements above.
+    ROWS_HINT = 64
+
+    def __init__(self, enabled: bool = False) -> None:
+        self.enabled = enabled
+        self._packs: dict[str, tuple[tuple, Tensor, Tensor | None]] = {}
+
+    def clear(self) -> None:
+        """Drops the packed copies (they are made again on the next packed call)."""
+        self._packs.clear()
+
+    def __deepcopy__(self, memo: dict) -> PackedLinears:
+        return PackedLinears(self.enabled)
+
+    def __getstate__(self) -> dict:
+        return {"enabled": self.enabled, "_packs": {}}
+
+    def linear(self, name: str, x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool = False) -> Tensor:
+        """``x @ weight.T + bias`` (then ReLU if asked), packed when possible.
+
+        Args:
+            name: which of the module's matrices this is (``weight`` may be a slice of a
+                parameter, e.g. the query rows of a fused Q/K/V matrix).
+            x: [..., in_features].
+            weight: [out_features, in_features]; bias: [out_features] or None.
+            relu: apply ReLU to the result (fused into the packed kernel).
+
+        Returns:
+            [..., out_features].
+        """
+        dtype = self._packed_dtype(x, weight)
+        if dtype is None:
+            y = F.linear(x, weight, bias)
+            return F.relu(y) if relu else y
+        packed, packed_bias = self._pack(name, weight, bias, dtype)
+        attr, scalars = ("relu", [None]) if relu else ("none", [])
+        return torch.ops.mkldnn._linear_pointwise(x.to(dtype), packed, packed_bias, attr, scalars, "")
+
+    def _packed_dtype(self, x: Tensor, weight: Tensor) -> torch.dtype | None:
+        """The dtype to compute in with packed weights, or None for ``F.linear``."""
+        if not self.enabled or torch.is_grad_enabled() or x.device.type != "cpu" or x.numel() == 0:
+            return None
+        if torch.is_autocast_enabled("cpu"):
+            dtype = torch.get_autocast_dtype("cpu")
+        elif x.dtype == weight.dtype:
+            dtype = x.dtype
+        else:
+            return None
+        if dtype not in (torch.float32, torch.bfloat16) or not packing_available():
+            return None
+        return dtype
+
+    def _pack(
+        self, name: str, weight: Tensor, bias: Tensor | None, dtype: torch.dtype
+    ) -> tuple[Tensor, Tensor | None]:
+        key = (_version(weight), weight.data_ptr(), _version(bias), dtype)
+        cached = self._packs.get(name)
+        if cached is None or cached[0] != key:
+            packed = torch.ops.mkldnn._reorder_linear_weight(weight.to(dtype).contiguous(), self.ROWS_HINT)
+            cached = (key, packed, None if bias is None else bias.to(dtype).contiguous())
+            self._packs[name] = cached
+        return cached[1], cached[2]
+
+
+def _version(t: Tensor | None) -> int:
+    """In-place writes so far to ``t`` (or to the parameter it is a slice of)."""
+    if t is None:
+        return -1
+    return (t if t._base is None else t._base)._version
+
+
+# ------------------------------------------------------------- 2. and 3. written-out attention
+
+
+def prefers_written_out(q: Tensor) -> bool:
+    """Whether :func:`attention` beats the fused kernel for these queries [..., q_len, d_k] (2. above)."""
+    return q.device.type == "cpu" and (
+        q.dtype in (torch.bfloat16, torch.float16)
+        or (q.size(-2) <= SMALL_QUERY and not torch.is_grad_enabled())
+    )
+
+
+def softmax(scores: Tensor) -> Tensor:
+    """``scores.softmax(dim=-1)``, written out in place for rows shorter than 16 with autograd off (3.)."""
+    if scores.size(-1) >= 16 or torch.is_grad_enabled() or scores.device.type != "cpu":
+        return scores.softmax(dim=-1)
+    weights = (scores - scores.amax(dim=-1, keepdim=True)).exp_()
+    return weights.div_(weights.sum(dim=-1, keepdim=True))
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float = 0.0) -> Tensor:
+    """softmax(Q K^T / sqrt(d_k)) V in two batched matmuls, with :func:`softmax` (2. and 3. above).
+
+    The same computation as ``attention.scaled_dot_product_attention``, without the weights.
+
+    Args:
+        q: [batch, heads, q_len, d_k]; k: [batch, heads, k_len, d_k]; v: [batch, heads, k_len, d_v].
+        mask: bool, broadcastable to [batch, heads, q_len, k_len], True = may attend (any causal
+            mask already included), or None.
+        dropout_p: dropout on the attention weights (0.0 in eval).
+
+    Returns:
+        [batch, heads, q_len, d_v].
+    """
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = softmax(scores)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return weights @ v
+
+
+# ------------------------------------------------------------------------------ 4. block top-k
+
+
+def row_topk(x: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """``x.topk(n, dim=-1)`` for rows over a large vocabulary, in two cheap passes (4. above).
+
+    The n largest entries of a row lie in the n blocks (of ``TOPK_BLOCK`` entries) with the
+    largest maxima: any other block's maximum is at most each of those n maxima. So: the
+    maximum of every block (one vectorised pass), the n best blocks, and ``topk`` over their
+    n * BLOCK entries (plus the vocabulary's last, partial block). Values are the same as
+    ``topk``'s; among exactly equal values the index chosen may differ.
+
+    x: [rows, V] -> (values, indices), each [rows, n], largest first.
+    """
+    rows, vocab = x.shape
+    blocks = vocab // TOPK_BLOCK
+    if blocks < 2 * n:  # too few blocks to skip many
+        return x.topk(n, dim=-1)
+    whole = x[:, : blocks * TOPK_BLOCK].unflatten(1, (blocks, TOPK_BLOCK))  # (rows, blocks, B)
+    best = whole.amax(dim=-1).topk(n, dim=-1).indices  # (rows, n) block numbers
+    cand = whole.gather(1, best[:, :, None].expand(rows, n, TOPK_BLOCK)).view(rows, n * TOPK_BLOCK)
+    index = (best[:, :, None] * TOPK_BLOCK + torch.arange(TOPK_BLOCK, device=x.device)).view(rows, -1)
+    if blocks * TOPK_BLOCK < vocab:  # the partial block at the end is always a candidate
+        cand = torch.cat([cand, x[:, blocks * TOPK_BLOCK :]], dim=1)
+        tail = torch.arange(blocks * TOPK_BLOCK, vocab, device=x.device).expand(rows, -1)
+        index = torch.cat([index, tail], dim=1)
+    values, pos = cand.topk(n, dim=-1)
+    return values, index.gather(1, pos)
