@@ -10,10 +10,12 @@ Examples:
 from __future__ import annotations
 
 import logging
+import sys
 
 import hydra
 from omegaconf import DictConfig
 
+from data.corpus import CorpusNotFoundError
 from training.pipeline import train
 
 
@@ -21,7 +23,12 @@ from training.pipeline import train
 def main(cfg: DictConfig) -> None:
     logging.getLogger("data").setLevel(logging.INFO)
     logging.getLogger("training").setLevel(logging.INFO)
-    train(cfg)
+    try:
+        train(cfg)
+    except CorpusNotFoundError as err:
+        # A missing corpus is the user's to fix and the message says how: print it alone. Hydra
+        # catches Exception only, so SystemExit passes it by without a traceback.
+        sys.exit(f"train.py: error: {err}")
 
 
 if __name__ == "__main__":

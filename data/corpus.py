@@ -6,10 +6,17 @@ Two sources give the same result, each split with columns ``id`` (int), ``src`` 
   the usual Multi30k upload) or with a ``translation`` dict column (WMT, IWSLT uploads);
 * a local directory laid out ``{split}.{lang}`` or ``{split}.{lang}.gz`` (Multi30k, fairseq).
 
-``id`` is the row index of the example within its split *before* filtering, i.e. the line number
-(0-based) in the local files. Validation and test are never filtered, so there ``id`` is also the
-position of the row and of its reference.
+Which one is read (:func:`resolve_corpus_source`): an explicit ``hub_id``; else the first local
+directory of an explicit ``data_dir``, ``$MULTI30K_DIR``, ``<project root>/../shared/data/multi30k``;
+else, where none of these is given or exists, the fallback hub dataset (``bentrevett/multi30k``, the
+same Multi30k splits under the hub's names train / validation / test), downloaded once and cached
+by ``datasets``. A log line names the source and why it was chosen.
 
+``id`` is the row index of the example within its split *before* filtering, i.e. the line number
+(0-based) in the local files, the row number in a hub split. Validation and test are never
+filtered, so there ``id`` is also the position of the row and of its reference.
+
+Hub rows are taken as they are (no stripping, no splitting on any separator), as local lines are.
 Local files are split on ``b"\\n"`` only. Python's universal newlines and ``str.splitlines()``
 also split on ``\\r``, U+2028, U+2029, ``\\x85``, ``\\x0b``, ``\\x0c``, ... which silently breaks the
 alignment of source and target lines; those characters are kept inside lines here. One documented
@@ -24,9 +31,12 @@ import gzip
 import logging
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
+from datasets.exceptions import DatasetNotFoundError
+from huggingface_hub.errors import LocalEntryNotFoundError
 
 logger = logging.getLogger(__name__)
 
@@ -36,14 +46,37 @@ SPLITS: tuple[str, ...] = ("train", "validation", "test")
 # Project root = the directory holding the `data` package; never the current working directory.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR_ENV = "MULTI30K_DIR"
+# Multi30k on the Hugging Face hub: read where no local copy is found (conf/data/multi30k.yaml).
+MULTI30K_HUB_ID = "bentrevett/multi30k"
+# The hub's standard split names (datasets.Split), which the fallback hub dataset is read with.
+HUB_SPLITS: tuple[str, str, str] = ("train", "validation", "test")
+# What the hub raises when it cannot be reached and the dataset is not in the cache (offline,
+# HF_HUB_OFFLINE=1, a timeout), or when the dataset does not exist there.
+_HUB_UNREADABLE = (ConnectionError, TimeoutError, LocalEntryNotFoundError, DatasetNotFoundError)
 
 
 class CorpusError(ValueError):
     """A corpus that cannot be used as it is: misaligned, undecodable, or missing a split."""
 
 
+class CorpusNotFoundError(FileNotFoundError):
+    """No source of the corpus can be read: a file or directory is missing, or the hub is unreachable.
+
+    The fix is the user's (a path, an environment variable, the network), and the message says
+    which; ``train.py`` prints it alone, without a traceback.
+    """
+
+
+def shared_data_dir() -> Path:
+    """``<project root>/../shared/data/multi30k``, where the build machines keep Multi30k.
+
+    Computed from the package location, never from the current working directory.
+    """
+    return (PROJECT_ROOT.parent / "shared" / "data" / "multi30k").resolve()
+
+
 def default_data_dir() -> str:
-    """The local corpus directory used when none is configured.
+    """The local corpus directory used when none is configured (whether or not it exists).
 
     Returns:
         ``$MULTI30K_DIR`` if set, else ``<project root>/../shared/data/multi30k``.
@@ -51,18 +84,120 @@ def default_data_dir() -> str:
     env = os.environ.get(DATA_DIR_ENV)
     if env:
         return env
-    return str((PROJECT_ROOT.parent / "shared" / "data" / "multi30k").resolve())
+    return str(shared_data_dir())
+
+
+@dataclass(frozen=True)
+class CorpusSource:
+    """Where a corpus is read from, and what its three splits are called there.
+
+    Attributes:
+        data_dir: local directory of ``{split}.{lang}[.gz]`` files; ``None`` for a hub dataset.
+        hub_id: hub dataset id; ``None`` for local files.
+        hub_config: hub dataset configuration, e.g. ``"de-en"``.
+        splits: the source's names of the splits read as train, validation and test.
+        chosen_by: why this source, for the log line: ``"data_dir"``, ``"$MULTI30K_DIR"``,
+            ``"../shared/data/multi30k"``, ``"hub_id"`` or ``"fallback"``.
+    """
+
+    data_dir: Path | None
+    hub_id: str | None
+    hub_config: str | None
+    splits: tuple[str, str, str]
+    chosen_by: str
+
+    def describe(self) -> str:
+        """One line for the log: the path or the hub id, its split names, and why it was chosen."""
+        names = "/".join(self.splits)
+        if self.hub_id is None:
+            return f"local files in {self.data_dir} (splits {names}; chosen by {self.chosen_by})"
+        config = f" ({self.hub_config})" if self.hub_config else ""
+        why = (
+            f"no local copy: data.data_dir not set, ${DATA_DIR_ENV} not set, {shared_data_dir()} absent"
+            if self.chosen_by == "fallback"
+            else f"chosen by {self.chosen_by}"
+        )
+        return f"Hugging Face hub dataset {self.hub_id}{config} (splits {names}; {why})"
+
+
+def resolve_corpus_source(
+    data_dir: str | Path | None = None,
+    hub_id: str | None = None,
+    hub_config: str | None = None,
+    fallback_hub_id: str | None = MULTI30K_HUB_ID,
+    train_split: str = "train",
+    valid_split: str = "val",
+    test_split: str = "test_2016_flickr",
+) -> CorpusSource:
+    """Pick the corpus source: ``hub_id`` > ``data_dir`` > ``$MULTI30K_DIR`` > ../shared > fallback hub.
+
+    An explicit ``hub_id``, ``data_dir`` or ``$MULTI30K_DIR`` is used even if it turns out not to
+    exist (reading it then fails with a message naming it): a typo must not silently turn into a
+    download. The shared directory is used only where it exists; otherwise ``fallback_hub_id`` is
+    read with the hub's split names :data:`HUB_SPLITS`. With no fallback, the shared directory is
+    returned anyway, and reading it fails with a message naming it.
+
+    Args:
+        data_dir: explicit local directory, or ``None``.
+        hub_id: explicit hub dataset id, or ``None``; read with the given split names.
+        hub_config: configuration of ``hub_id``.
+        fallback_hub_id: hub dataset read where no local directory is given or found; ``None``
+            disables the fallback.
+        train_split: source name of the training split (local files, or ``hub_id``).
+        valid_split: source name of the split read as ``validation``.
+        test_split: source name of the split read as ``test``.
+
+    Returns:
+        The source, with the split names that go with it.
+    """
+    splits = (train_split, valid_split, test_split)
+    if hub_id:
+        return CorpusSource(None, hub_id, hub_config, splits, "hub_id")
+    if data_dir is not None:
+        return CorpusSource(Path(data_dir), None, None, splits, "data_dir")
+    env = os.environ.get(DATA_DIR_ENV)
+    if env:
+        return CorpusSource(Path(env), None, None, splits, f"${DATA_DIR_ENV}")
+    shared = shared_data_dir()
+    if shared.is_dir() or not fallback_hub_id:
+        return CorpusSource(shared, None, None, splits, "../shared/data/multi30k")
+    return CorpusSource(None, fallback_hub_id, None, HUB_SPLITS, "fallback")
+
+
+def _no_local_copy_message(
+    hub_id: str, reason: BaseException, splits: Sequence[str], src_lang: str, tgt_lang: str
+) -> str:
+    """The error where no local directory exists and the fallback hub dataset cannot be read."""
+    offline = " (HF_HUB_OFFLINE is set)" if datasets.config.HF_HUB_OFFLINE else ""
+    places = [
+        ("data.data_dir=PATH", "on the command line"),
+        (f"${DATA_DIR_ENV}=PATH", "in the environment"),
+        (str(shared_data_dir()), "../shared/data/multi30k beside the project; absent"),
+    ]
+    width = max(len(p) for p, _ in places)
+    return "\n".join(
+        [
+            f"no local copy of the corpus, and the Hugging Face hub copy {hub_id} cannot be read"
+            f"{offline}: {reason}",
+            f"Put the files {{{','.join(splits)}}}.{{{src_lang},{tgt_lang}}}[.gz] in a directory given by "
+            "one of (checked in this order):",
+            *(f"  {place:<{width}}  {where}" for place, where in places),
+            f"or reach the hub once: `datasets` then keeps {hub_id} in its cache "
+            f"({datasets.config.HF_DATASETS_CACHE}) and later runs read it offline.",
+        ]
+    )
 
 
 def find_split_file(data_dir: str | Path, split: str, lang: str) -> Path:
     """Locate ``{split}.{lang}`` or ``{split}.{lang}.gz`` in ``data_dir``.
 
     Raises:
-        FileNotFoundError: neither exists; the message names both candidates and what is there.
+        CorpusNotFoundError: ``data_dir`` or both files are missing; the message names the
+            candidates and what is there.
     """
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
-        raise FileNotFoundError(
+        raise CorpusNotFoundError(
             f"corpus directory {data_dir} does not exist (set data_dir or ${DATA_DIR_ENV})"
         )
     candidates = [data_dir / f"{split}.{lang}", data_dir / f"{split}.{lang}.gz"]
@@ -70,7 +205,7 @@ def find_split_file(data_dir: str | Path, split: str, lang: str) -> Path:
         if path.is_file():
             return path
     present = sorted(p.name for p in data_dir.iterdir())
-    raise FileNotFoundError(
+    raise CorpusNotFoundError(
         f"no file for split {split!r} language {lang!r}: looked for "
         f"{' and '.join(str(p) for p in candidates)}; {data_dir} holds {present}"
     )
@@ -239,8 +374,15 @@ def load_hub_corpus(
 
     Raises:
         CorpusError: a split is missing; the message lists the splits that exist.
+        CorpusNotFoundError: the hub cannot be reached and the dataset is not cached, or the
+            hub has no such dataset.
     """
-    raw = datasets.load_dataset(hub_id, hub_config)
+    try:
+        raw = datasets.load_dataset(hub_id, hub_config)
+    except _HUB_UNREADABLE as err:
+        raise CorpusNotFoundError(
+            f"cannot read hub dataset {hub_id}" + (f" ({hub_config})" if hub_config else "") + f": {err}"
+        ) from err
     out = {}
     for name, hub_split in _split_names(train_split, valid_split, test_split).items():
         if hub_split not in raw:
@@ -326,36 +468,54 @@ def load_parallel_corpus(
     train_split: str = "train",
     valid_split: str = "val",
     test_split: str = "test_2016_flickr",
+    fallback_hub_id: str | None = MULTI30K_HUB_ID,
 ) -> datasets.DatasetDict:
     """Load a parallel corpus from the hub or a local directory and drop blank training pairs.
 
-    Over-long pairs are dropped later, once lengths in subwords are known
-    (:func:`drop_long_pairs`). Validation and test are never filtered: they are scored against
-    their references line by line.
+    The source is chosen by :func:`resolve_corpus_source` and named in a log line. Over-long pairs
+    are dropped later, once lengths in subwords are known (:func:`drop_long_pairs`). Validation
+    and test are never filtered: they are scored against their references line by line.
 
     Args:
         src_lang: source language, e.g. ``"de"``.
         tgt_lang: target language, e.g. ``"en"``.
-        data_dir: local directory; ``None`` means :func:`default_data_dir`. Ignored with ``hub_id``.
+        data_dir: local directory; ``None``: ``$MULTI30K_DIR``, else ``../shared/data/multi30k``
+            where it exists, else ``fallback_hub_id``. Ignored with ``hub_id``.
         hub_id: hub dataset id; takes precedence over ``data_dir`` when set.
         hub_config: hub dataset configuration, e.g. ``"de-en"``.
         train_split: name of the training split in the source.
         valid_split: name of the split read as ``validation`` (``"val"`` in Multi30k files).
         test_split: name of the split read as ``test`` (``"test_2016_flickr"`` in Multi30k files).
+        fallback_hub_id: hub dataset read, with the hub's split names train / validation / test,
+            where no local directory is given or found; ``None``: no fallback.
 
     Returns:
         ``DatasetDict`` with ``train`` / ``validation`` / ``test``, columns ``id``, ``src``, ``tgt``.
+
+    Raises:
+        CorpusNotFoundError: the chosen source cannot be read; when it is the fallback, the
+            message names the three local options and the hub id.
     """
-    if hub_id:
-        corpus = load_hub_corpus(hub_id, src_lang, tgt_lang, hub_config, train_split, valid_split, test_split)
+    source = resolve_corpus_source(
+        data_dir, hub_id, hub_config, fallback_hub_id, train_split, valid_split, test_split
+    )
+    logger.info("corpus: %s", source.describe())
+    if source.hub_id is None:
+        corpus = load_local_corpus(source.data_dir, src_lang, tgt_lang, *source.splits)
     else:
-        corpus = load_local_corpus(
-            data_dir if data_dir is not None else default_data_dir(),
-            src_lang,
-            tgt_lang,
-            train_split,
-            valid_split,
-            test_split,
-        )
+        try:
+            corpus = load_hub_corpus(source.hub_id, src_lang, tgt_lang, source.hub_config, *source.splits)
+        except CorpusNotFoundError as err:
+            if source.chosen_by != "fallback":
+                raise
+            raise CorpusNotFoundError(
+                _no_local_copy_message(
+                    source.hub_id,
+                    err.__cause__ or err,
+                    (train_split, valid_split, test_split),
+                    src_lang,
+                    tgt_lang,
+                )
+            ) from err
     corpus["train"] = drop_blank_pairs(corpus["train"], "train")
     return corpus

@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from data.batching import TokenBucketBatchSampler, collate_batch, padding_fraction
-from data.corpus import SPLITS, drop_long_pairs, load_parallel_corpus
+from data.corpus import MULTI30K_HUB_ID, SPLITS, drop_long_pairs, load_parallel_corpus
 from data.tokenizer import (
     SubwordTokenizer,
     default_cache_dir,
@@ -56,12 +56,15 @@ class TranslationDataModule(L.LightningDataModule):
         src_lang: source language, e.g. ``"de"``.
         tgt_lang: target language, e.g. ``"en"``.
         data_dir: local ``{split}.{lang}[.gz]`` directory; ``None``: ``$MULTI30K_DIR``, else
-            ``<project root>/../shared/data/multi30k``.
+            ``<project root>/../shared/data/multi30k`` where it exists, else ``fallback_hub_id``.
         hub_id: hub dataset id; takes precedence over ``data_dir`` when set.
         hub_config: hub dataset configuration, e.g. ``"de-en"``.
-        train_split: source split name read as ``train``.
+        train_split: source split name read as ``train`` (local files, or ``hub_id``).
         valid_split: source split name read as ``validation``.
         test_split: source split name read as ``test``.
+        fallback_hub_id: hub dataset read, with the hub's split names train / validation / test,
+            where no local directory is given or found; ``None``: no fallback (a missing
+            directory is an error).
         joint_vocab: one SentencePiece model for both languages, else one per language.
         vocab_size: vocabulary size of each SentencePiece model, special ids included.
         spm_model_type: ``"unigram"`` or ``"bpe"``.
@@ -91,6 +94,7 @@ class TranslationDataModule(L.LightningDataModule):
         train_split: str = "train",
         valid_split: str = "val",
         test_split: str = "test_2016_flickr",
+        fallback_hub_id: str | None = MULTI30K_HUB_ID,
         joint_vocab: bool = True,
         vocab_size: int = 8000,
         spm_model_type: str = "unigram",
@@ -115,6 +119,7 @@ class TranslationDataModule(L.LightningDataModule):
             "valid_split": valid_split,
             "test_split": test_split,
         }
+        self.fallback_hub_id = fallback_hub_id
         self.joint_vocab = joint_vocab
         self.vocab_size = vocab_size
         self.spm_model_type = spm_model_type
@@ -148,6 +153,7 @@ class TranslationDataModule(L.LightningDataModule):
             data_dir=self.data_dir,
             hub_id=self.hub_id,
             hub_config=self.hub_config,
+            fallback_hub_id=self.fallback_hub_id,
             **self.split_names,
         )
         src_tok, tgt_tok = train_or_load_tokenizers(

@@ -11,7 +11,10 @@ import pytest
 
 from data import corpus as corpus_mod
 from data.corpus import (
+    HUB_SPLITS,
+    MULTI30K_HUB_ID,
     CorpusError,
+    CorpusNotFoundError,
     default_data_dir,
     drop_long_pairs,
     load_hub_corpus,
@@ -19,6 +22,7 @@ from data.corpus import (
     load_parallel_corpus,
     normalize_columns,
     read_lines,
+    resolve_corpus_source,
 )
 from tests.toy_text import make_pairs, write_split
 
@@ -174,3 +178,154 @@ def test_default_data_dir_env_then_project_relative(monkeypatch: pytest.MonkeyPa
     monkeypatch.chdir("/")  # the default must not depend on the working directory
     expected = Path(corpus_mod.__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
     assert Path(default_data_dir()) == expected.resolve()
+
+
+# ------------------------------------------------------------------ where the corpus comes from
+
+MULTI30K_SPLITS = ("train", "val", "test_2016_flickr")
+
+
+@pytest.fixture
+def shared_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """``../shared/data/multi30k`` moved under ``tmp_path`` (not created) and ``$MULTI30K_DIR`` unset."""
+    shared = tmp_path / "shared" / "data" / "multi30k"
+    monkeypatch.setattr(corpus_mod, "shared_data_dir", lambda: shared)
+    monkeypatch.delenv("MULTI30K_DIR", raising=False)
+    return shared
+
+
+def _fake_hub(monkeypatch: pytest.MonkeyPatch, hub: datasets.DatasetDict) -> list[tuple]:
+    """``datasets.load_dataset`` answering with ``hub``; returns the calls it got."""
+    calls: list[tuple] = []
+
+    def load_dataset(*args: object, **kwargs: object) -> datasets.DatasetDict:
+        calls.append(args)
+        return hub
+
+    monkeypatch.setattr(corpus_mod.datasets, "load_dataset", load_dataset)
+    return calls
+
+
+def _no_hub(monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
+    def load_dataset(*args: object, **kwargs: object) -> datasets.DatasetDict:
+        raise error
+
+    monkeypatch.setattr(corpus_mod.datasets, "load_dataset", load_dataset)
+
+
+def _multi30k_dir(directory: Path, n: int) -> Path:
+    """A Multi30k-shaped directory whose training split has ``n`` pairs (to tell sources apart)."""
+    for split, size in zip(MULTI30K_SPLITS, (n, 3, 2), strict=True):
+        write_split(directory, split, make_pairs(size, seed=n))
+    return directory
+
+
+def _hub_multi30k(n: int) -> datasets.DatasetDict:
+    """The hub layout of Multi30k: flat en/de columns, splits train / validation / test."""
+    return datasets.DatasetDict(
+        {
+            split: datasets.Dataset.from_dict(
+                {
+                    "en": [t for _, t in make_pairs(size, seed=n)],
+                    "de": [s for s, _ in make_pairs(size, seed=n)],
+                }
+            )
+            for split, size in zip(HUB_SPLITS, (n, 3, 2), strict=True)
+        }
+    )
+
+
+def test_source_order_data_dir_env_shared_then_hub(
+    shared_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    explicit = _multi30k_dir(tmp_path / "explicit", 5)
+    env = _multi30k_dir(tmp_path / "env", 6)
+    _multi30k_dir(shared_dir, 7)
+    calls = _fake_hub(monkeypatch, _hub_multi30k(8))
+    monkeypatch.setenv("MULTI30K_DIR", str(env))
+
+    def train_size() -> int:
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="data.corpus"):
+            corpus = load_parallel_corpus("de", "en", data_dir=data_dir)
+        return len(corpus["train"])
+
+    data_dir: str | None = str(explicit)  # 1. an explicit data_dir beats everything local
+    assert train_size() == 5 and f"local files in {explicit} " in caplog.text
+
+    data_dir = None  # 2. then $MULTI30K_DIR
+    assert train_size() == 6 and f"local files in {env} " in caplog.text and "$MULTI30K_DIR" in caplog.text
+
+    monkeypatch.setenv("MULTI30K_DIR", "")  # empty counts as unset; 3. then ../shared/data/multi30k
+    assert train_size() == 7 and f"local files in {shared_dir} " in caplog.text
+    monkeypatch.delenv("MULTI30K_DIR")
+    assert train_size() == 7 and calls == []
+
+    for path in shared_dir.iterdir():  # 4. no local copy at all: the hub
+        path.unlink()
+    shared_dir.rmdir()
+    assert train_size() == 8 and calls == [(MULTI30K_HUB_ID, None)]
+    assert f"Hugging Face hub dataset {MULTI30K_HUB_ID} (splits train/validation/test" in caplog.text
+
+    # An explicit hub_id still comes first, with the split names it is given.
+    source = resolve_corpus_source(str(explicit), hub_id="some/hub-id", valid_split="dev", test_split="tst")
+    assert (source.hub_id, source.data_dir, source.splits) == ("some/hub-id", None, ("train", "dev", "tst"))
+    # Without a fallback, a missing shared directory stays the error it always was.
+    with pytest.raises(CorpusNotFoundError, match=f"corpus directory {shared_dir} does not exist"):
+        load_parallel_corpus("de", "en", fallback_hub_id=None)
+
+
+def test_explicit_directories_that_do_not_exist_are_errors_not_downloads(
+    shared_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _fake_hub(monkeypatch, _hub_multi30k(8))
+    with pytest.raises(FileNotFoundError, match=f"corpus directory {tmp_path / 'typo'} does not exist"):
+        load_parallel_corpus("de", "en", data_dir=str(tmp_path / "typo"))
+    monkeypatch.setenv("MULTI30K_DIR", str(tmp_path / "typo2"))
+    with pytest.raises(FileNotFoundError, match="typo2 does not exist"):
+        load_parallel_corpus("de", "en")
+    assert calls == []
+
+
+def test_hub_fallback_gives_the_corpus_the_local_files_give(
+    shared_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Rows that test the line handling: separators kept inside, blanks dropped from train only.
+    src = [f"vor{c}nach" for c in HOSTILE] + ["", "gut", " \t", "ok\r"]
+    tgt = [f"before{c}after" for c in HOSTILE] + ["empty", "", "blank", "ok"]
+    (tmp_path / "local").mkdir()
+    for split in MULTI30K_SPLITS:
+        _write(tmp_path / "local" / f"{split}.de", "".join(s + "\n" for s in src))
+        _write(tmp_path / "local" / f"{split}.en", "".join(t + "\n" for t in tgt))
+    rows = datasets.Dataset.from_dict({"en": tgt, "de": src})
+    _fake_hub(monkeypatch, datasets.DatasetDict({split: rows for split in HUB_SPLITS}))
+
+    local = load_parallel_corpus("de", "en", data_dir=str(tmp_path / "local"))
+    hub = load_parallel_corpus("de", "en")  # nothing local: the fallback
+    for split in ("train", "validation", "test"):
+        assert hub[split].to_dict() == local[split].to_dict(), split
+    assert hub["train"]["id"] == [*range(len(HOSTILE)), len(src) - 1]  # row index before filtering
+    assert hub["test"]["id"] == list(range(len(src)))
+    assert hub["test"]["src"] == src
+
+
+def test_unreachable_hub_fallback_is_one_message_naming_every_option(
+    shared_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _no_hub(
+        monkeypatch, ConnectionError("Couldn't reach 'bentrevett/multi30k' on the Hub (OfflineModeIsEnabled)")
+    )
+    with pytest.raises(CorpusNotFoundError) as err:
+        load_parallel_corpus("de", "en")
+    msg = str(err.value)
+    assert isinstance(err.value, FileNotFoundError)
+    assert "data.data_dir=PATH" in msg and "$MULTI30K_DIR=PATH" in msg and str(shared_dir) in msg
+    assert "../shared/data/multi30k" in msg
+    assert f"hub copy {MULTI30K_HUB_ID} cannot be read" in msg and "OfflineModeIsEnabled" in msg
+    assert "{train,val,test_2016_flickr}.{de,en}[.gz]" in msg
+
+
+def test_unreachable_explicit_hub_id_names_the_dataset(monkeypatch: pytest.MonkeyPatch) -> None:
+    _no_hub(monkeypatch, ConnectionError("Couldn't reach 'wmt14' on the Hub (ConnectError)"))
+    with pytest.raises(CorpusNotFoundError, match=r"cannot read hub dataset wmt14 \(de-en\): Couldn't reach"):
+        load_parallel_corpus("de", "en", hub_id="wmt14", hub_config="de-en")
