@@ -18,7 +18,7 @@ import multiprocessing as mp
 from multiprocessing.connection import Connection
 
 
-def _serve(conn: Connection, model_dir: str, threads: int, workers: int) -> None:
+def _serve(conn: Connection, model_dir: str, threads: int, workers: int, compute_type: str) -> None:
     """Child: load the model, then translate each request until None arrives.
 
     A request is a list of ``(batch, options)``: a batch is a list of token lists, its options
@@ -29,7 +29,7 @@ def _serve(conn: Connection, model_dir: str, threads: int, workers: int) -> None
     import ctranslate2
 
     translator = ctranslate2.Translator(
-        model_dir, device="cpu", compute_type="float32", intra_threads=threads, inter_threads=workers
+        model_dir, device="cpu", compute_type=compute_type, intra_threads=threads, inter_threads=workers
     )
     conn.send("ready")
     while True:
@@ -47,15 +47,18 @@ def _serve(conn: Connection, model_dir: str, threads: int, workers: int) -> None
 
 
 class CT2Worker:
-    """A CTranslate2 ``Translator`` (float32, CPU) running in a spawned child process.
+    """A CTranslate2 ``Translator`` (CPU) running in a spawned child process.
 
-    ``threads``: its ``intra_threads``; ``workers``: its ``inter_threads`` (batches run at once).
+    ``threads``: its ``intra_threads``; ``workers``: its ``inter_threads`` (batches run at once);
+    ``compute_type``: its ``compute_type`` (``"default"``: the type the model was saved in).
     """
 
-    def __init__(self, model_dir: str, threads: int, workers: int = 1) -> None:
+    def __init__(self, model_dir: str, threads: int, workers: int = 1, compute_type: str = "float32") -> None:
         ctx = mp.get_context("spawn")  # a fresh interpreter: no PyTorch thread pools inherited
         self._conn, child = ctx.Pipe()
-        self._process = ctx.Process(target=_serve, args=(child, model_dir, threads, workers), daemon=True)
+        self._process = ctx.Process(
+            target=_serve, args=(child, model_dir, threads, workers, compute_type), daemon=True
+        )
         self._process.start()
         if self._conn.recv() != "ready":
             raise RuntimeError("the CTranslate2 worker did not start")

@@ -12,7 +12,7 @@ Systems (all at ``--threads`` threads, float32, batch 32, the same batches in th
 * ``ours uncached``: the same searches without caches (``bench/uncached.py``: the decoder
   recomputed on the prefix);
 * ``HF generate``: ``transformers.MarianMTModel.generate()`` with the same sizes and *our* weights
-  copied in (``bench/peers.py``), its default attention (SDPA), ``use_cache=True``;
+  copied in (``translation/export/huggingface.py``), its default attention (SDPA), ``use_cache=True``;
 * ``CT2 fp32``: ``ctranslate2.Translator`` on our weights converted to a ``TransformerSpec``
   (``compute_type="float32"``, ``intra_threads=threads``, ``inter_threads=1``), in a child
   process of its own (``bench/ct2_worker.py`` says why);
@@ -90,30 +90,42 @@ from bench.common import (  # noqa: E402
     write_json,
 )
 from bench.ct2_worker import CT2Worker  # noqa: E402
-from bench.peers import ct2_to_ids, ids_to_ct2, to_ctranslate2, to_marian  # noqa: E402
 from bench.uncached import Recomputing  # noqa: E402
 from transformer import Transformer, TransformerConfig  # noqa: E402
 from transformer.search import beam_search, greedy_search  # noqa: E402
+from translation.export.ctranslate2 import to_ctranslate2  # noqa: E402
+from translation.export.huggingface import to_marian  # noqa: E402
 from translation.workers import WorkerPool  # noqa: E402
 
 PAD, BOS, EOS = 0, 2, 3
 ALPHA = 0.6
 
 
-class Batch:
-    """One batch in every system's input format."""
+def placeholder_vocabulary(size: int) -> list[str]:
+    """CTranslate2 tokens for a model without a SentencePiece model: the specials, then ``w<id>``."""
+    return ["<pad>", "<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(4, size)]
 
-    def __init__(self, sources: list[list[int]]) -> None:
+
+class Batch:
+    """One batch in every system's input format.
+
+    ``vocabulary``: CTranslate2's source tokens by id; its model appends EOS itself
+    (``add_source_eos``), so its sources are ours without the final EOS.
+    """
+
+    def __init__(self, sources: list[list[int]], vocabulary: list[str]) -> None:
         width = max(len(s) for s in sources)
         self.src = torch.tensor([s + [PAD] * (width - len(s)) for s in sources])  # (B, S), EOS included
         self.mask = (self.src != PAD).long()
-        self.ct2 = [ids_to_ct2(s) for s in sources]
+        if any(s[-1] != EOS for s in sources):
+            raise ValueError("every source must end with EOS")
+        self.ct2 = [[vocabulary[i] for i in s[:-1]] for s in sources]
         self.n = len(sources)
         self.width = width
 
 
-def batches_of(sources: list[list[int]], size: int) -> list[Batch]:
-    return [Batch(sources[i : i + size]) for i in range(0, len(sources), size)]
+def batches_of(sources: list[list[int]], size: int, vocabulary: list[str]) -> list[Batch]:
+    return [Batch(sources[i : i + size], vocabulary) for i in range(0, len(sources), size)]
 
 
 def output_limit(batch: Batch, forced: int | None) -> int:
@@ -151,6 +163,7 @@ def search_job(model: Transformer, job: tuple[torch.Tensor, int, int, int, bool]
 def make_systems(
     model: Transformer,
     ct2_dir: Path,
+    tgt_vocabulary: list[str],
     threads: int,
     forced: int | None,
     extra: list[str],
@@ -159,10 +172,12 @@ def make_systems(
 ) -> dict[str, Callable[[Batch, int], list[list[int]]]]:
     """name -> fn(batch, beam) returning output ids per sentence (no BOS/EOS).
 
-    ``skip``: names left out (never built); ``closers``: gets a function per worker process
-    group started, to stop them once the workload is done.
+    ``tgt_vocabulary``: the CTranslate2 model's target tokens by id; ``skip``: names left out
+    (never built); ``closers``: gets a function per worker process group started, to stop them
+    once the workload is done.
     """
     closers = [] if closers is None else closers
+    tgt_index = {token: i for i, token in enumerate(tgt_vocabulary)}
 
     def ours_fn(m: Transformer, use_cache: bool = True) -> Callable:
         def run(batch: Batch, beam: int) -> list[list[int]]:
@@ -203,7 +218,9 @@ def make_systems(
                 )
                 for b in batches
             ]
-            return [ct2_to_ids(hyp) for batch in worker.translate_batches(requests) for hyp in batch]
+            return [
+                [tgt_index[t] for t in hyp] for batch in worker.translate_batches(requests) for hyp in batch
+            ]
 
         return whole_workload(run)
 
@@ -563,10 +580,14 @@ def main() -> None:
 
     if "random" in args.workloads or args.profile:
         model = random_model(args.seed)
-        to_ctranslate2(model, tmp / "random")
+        vocabulary = placeholder_vocabulary(model.cfg.tgt_vocab_size)
+        to_ctranslate2(model, tmp / "random", vocabulary, vocabulary)
         closers: list[Callable[[], None]] = []
-        systems = make_systems(model, tmp / "random", args.threads, args.out_len, extra, args.skip, closers)
-        batches = batches_of(random_sources(args.sources, args.src_len, 8000, args.seed), args.batch_size)
+        systems = make_systems(
+            model, tmp / "random", vocabulary, args.threads, args.out_len, extra, args.skip, closers
+        )
+        sources = random_sources(args.sources, args.src_len, 8000, args.seed)
+        batches = batches_of(sources, args.batch_size, vocabulary)
         if args.profile:
             print_config("decoding profile", config)
             profile(model, batches[0], systems)
@@ -603,10 +624,15 @@ def main() -> None:
             translator = Translator.from_checkpoint(ckpt)
             model = translator.model
             sources, _, refs = flickr_sources(translator, args.flickr_sentences)
-            to_ctranslate2(model, tmp / "trained")
+            src_tok, tgt_tok = translator.src_tokenizer, translator.tgt_tokenizer
+            src_vocabulary = src_tok.id_to_piece(range(src_tok.vocab_size))
+            tgt_vocabulary = tgt_tok.id_to_piece(range(tgt_tok.vocab_size))
+            to_ctranslate2(model, tmp / "trained", src_vocabulary, tgt_vocabulary)
             closers = []
-            systems = make_systems(model, tmp / "trained", args.threads, None, extra, args.skip, closers)
-            batches = batches_of(sources, args.batch_size)
+            systems = make_systems(
+                model, tmp / "trained", tgt_vocabulary, args.threads, None, extra, args.skip, closers
+            )
+            batches = batches_of(sources, args.batch_size, src_vocabulary)
             for beam in args.beams:
                 print(f"flickr workload, beam {beam}:", flush=True)
                 res = run_workload(systems, batches, beam, args.reps, args.slow_reps)

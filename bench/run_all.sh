@@ -57,6 +57,7 @@ step() {  # step NAME LIMIT_S COMMAND...: run one benchmark on a quiet machine, 
 
 step train_speed 600 python3 bench/train_speed.py
 step decode_speed 1200 python3 bench/decode_speed.py
+step export 600 python3 bench/export.py
 step quality 120 python3 bench/quality.py --collect
 step decode_profile 240 python3 bench/decode_speed.py --profile
 step train_profile 240 python3 bench/train_speed.py --profile

@@ -2,7 +2,7 @@
 
     from translation import Translator
     translator = Translator.from_checkpoint("runs/x/checkpoints/averaged.ckpt", device="cpu")
-    translator.translate(["Ein Hund rennt über die Wiese."])
+    translator.translate(["Ein Hund rennt über die Wiese."], beam_size=5)
 
 Modules, one concept each:
 
@@ -14,6 +14,8 @@ Modules, one concept each:
 * ``translation.workers``: ``WorkerPool``, decoding in single-thread CPU processes.
 * ``translation.metrics``: sacreBLEU and chrF with their signatures.
 * ``translation.attention_plot``: cross-attention heatmaps (matplotlib, imported when asked for).
+* ``translation.export``: ``python3 -m translation.export``, a checkpoint as a CTranslate2 or Hugging
+  Face folder (the optional extra ``.[export]``).
 
 Neither Lightning nor Hydra is imported here: ``training`` (what ``train.py`` runs) depends on this
 package for the checkpoint contract and the metrics, never the other way round.

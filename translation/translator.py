@@ -13,8 +13,8 @@ import logging
 import math
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -310,10 +310,33 @@ class Translator:
         return results
 
     def translate(
-        self, texts: Sequence[str], options: SearchOptions | None = None, max_tokens: int = 4096
+        self,
+        texts: Sequence[str],
+        options: SearchOptions | None = None,
+        max_tokens: int = 4096,
+        **search: Any,
     ) -> list[str]:
-        """The best translation of each text, in order (empty for an empty text)."""
-        found = self.translate_ids(self.encode_sources(texts), options or SearchOptions(), max_tokens)
+        """The best translation of each text: one per text, in order, as ``translate.py`` gives.
+
+        An empty or whitespace-only text gives ""; line breaks inside a text are read as spaces
+        and too long texts are cropped with a warning.
+
+        Args:
+            texts: ``n`` sentences.
+            options: search settings (default: ``SearchOptions()``, beam 5).
+            max_tokens: budget of padded source tokens per batch.
+            **search: :class:`SearchOptions` fields by name, over ``options``, e.g.
+                ``beam_size=5``, ``alpha=0.6``, ``greedy=True``, ``max_len_a=1.5``.
+
+        Returns:
+            ``n`` strings.
+
+        Raises:
+            TypeError: a keyword that is not a :class:`SearchOptions` field.
+            ValueError: settings :class:`SearchOptions` refuses (e.g. ``beam_size=0``).
+        """
+        options = replace(options or SearchOptions(), **search)
+        found = self.translate_ids(self.encode_sources(texts), options, max_tokens)
         return [hyps[0].text if hyps else "" for hyps in found]
 
     @torch.no_grad()

@@ -13,6 +13,7 @@ from bench.uncached import Recomputing
 from data.tokenizer import SubwordTokenizer
 from tests.toy_text import LEXICON, toy_pairs, train_word_spm
 from tests.transformer.helpers import tiny_model
+from translation.checkpoint import inference_fields, write_checkpoint
 from translation.lines import LINE_BREAKS
 from translation.translator import SearchOptions, Translator, resolve_device, token_batches
 
@@ -167,6 +168,29 @@ def test_cross_attention_shapes(tokenizers) -> None:
     for w in weights:
         assert w.shape == (4, len(hyps[0].tokens) + 1, len(source) + 1)
         torch.testing.assert_close(w.sum(dim=-1), torch.ones(w.shape[:2]))
+
+
+def test_python_api_from_checkpoint_in_three_lines(tokenizers, tmp_path) -> None:
+    """README's Python API: one output per input, in order, search settings as keywords."""
+    src, tgt = tokenizers
+    model = make_translator(tokenizers).model
+    path = write_checkpoint(
+        tmp_path / "toy.ckpt", model, inference_fields(src.model_proto, tgt.model_proto, "de", "en")
+    )
+
+    translator = Translator.from_checkpoint(path, device="cpu")
+    outputs = translator.translate(TEXTS, beam_size=3)
+
+    assert outputs == translator.translate(TEXTS, SearchOptions(beam_size=3))
+    assert len(outputs) == len(TEXTS) and outputs[TEXTS.index("")] == outputs[TEXTS.index("   ")] == ""
+    assert outputs[::-1] == translator.translate(TEXTS[::-1], beam_size=3)  # in input order
+    # Keywords override the options they are given with.
+    greedy = translator.translate(TEXTS, SearchOptions(greedy=True))
+    assert translator.translate(TEXTS, SearchOptions(beam_size=3), greedy=True) == greedy
+    with pytest.raises(TypeError, match="beam"):
+        translator.translate(TEXTS, beam=3)
+    with pytest.raises(ValueError, match="beam_size"):
+        translator.translate(TEXTS, beam_size=0)
 
 
 def test_search_options_are_checked() -> None:
