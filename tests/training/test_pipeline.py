@@ -1,25 +1,29 @@
 """train.py's pipeline: configs compose, a fast dev run, exact resume, DDP BLEU, checkpoints.
 
-Also: a compiled run validates, tests and writes checkpoints that load without torch.compile.
+Also: the GPU configs compose to arguments that exist, and a compiled run validates, tests and
+writes checkpoints that load without torch.compile.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch._dynamo.utils import counters
 
+from data.datamodule import TranslationDataModule
 from tests.toy_text import write_toy_corpus
 from training.checkpoint import load_translator
-from training.module import TranslationModule
+from training.module import DEFAULT_OPTIMIZER, TranslationModule
 from training.pipeline import train
 from transformer import TransformerConfig
 
@@ -80,6 +84,43 @@ def test_every_trainer_composes(trainer):
     assert cfg.trainer._target_ == "lightning.Trainer"
     if trainer == "ddp":
         assert cfg.trainer.strategy == "ddp"
+
+
+GPU_CONFIGS = {
+    "trainer=gpu": ["trainer=gpu"],
+    "trainer=ddp": ["trainer=ddp"],
+    "model=base trainer=gpu": ["model=base", "trainer=gpu"],
+    "experiment=multi30k_de_en_gpu": ["experiment=multi30k_de_en_gpu"],
+    "experiment=wmt14_de_en_base_gpu": ["experiment=wmt14_de_en_base_gpu"],
+}
+
+
+@pytest.mark.parametrize("overrides", GPU_CONFIGS.values(), ids=GPU_CONFIGS.keys())
+def test_gpu_configs_resolve_to_arguments_that_exist(overrides):
+    """Every key resolves and is an argument of what it configures; the GPU settings are on."""
+    cfg = OmegaConf.to_container(compose_config(overrides, Path("/tmp/run")), resolve=True)
+    trainer, data, optimizer = cfg["trainer"], cfg["data"], cfg["optimizer"]
+    assert set(trainer) - {"_target_"} <= set(inspect.signature(L.Trainer.__init__).parameters)
+    assert set(data) - {"_target_"} <= set(inspect.signature(TranslationDataModule.__init__).parameters)
+    assert set(optimizer) == set(DEFAULT_OPTIMIZER)
+    TransformerConfig(src_vocab_size=100, tgt_vocab_size=100, **cfg["model"])
+    assert (trainer["accelerator"], trainer["precision"]) == ("gpu", "bf16-mixed")
+    assert trainer["gradient_clip_val"] > 0 and trainer["accumulate_grad_batches"] >= 1
+    assert optimizer["fused"] is None  # auto: fused Adam on CUDA
+    assert data["pin_memory"] is None  # auto: pinned on CUDA
+    assert isinstance(cfg["compile"], bool)
+    torch.set_float32_matmul_precision(cfg["float32_matmul_precision"])  # a valid value
+    torch.set_float32_matmul_precision("highest")
+    if "experiment" in overrides[0]:
+        assert data["num_workers"] > 0
+    if overrides == ["experiment=wmt14_de_en_base_gpu"]:
+        assert cfg["model"]["d_model"] == 512 and data["max_tokens"] == 25000 and cfg["compile"] is True
+
+
+def test_every_experiment_starts_with_the_command_that_runs_it():
+    for path in sorted((CONF / "experiment").glob("*.yaml")):
+        header = path.read_text().split("\ndefaults:")[0]
+        assert f"python train.py experiment={path.stem}\n" in header, path.name
 
 
 def test_command_line_overrides_from_the_issue_compose():
