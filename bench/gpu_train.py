@@ -226,10 +226,21 @@ def measure(size: str, args: argparse.Namespace, peak_flops: float) -> tuple[lis
         f"FlopCounterMode / analytic FLOPs of one eager step of ours (padded): {counted / analytic:.3f}",
         flush=True,
     )
+    failed = {}  # a configuration that fails (a compile error, out of memory) must not cost the others
     for r in range(args.warmup + args.steps):
         batch = batches[r % len(batches)]
         for runner in runners[r % len(runners) :] + runners[: r % len(runners)]:
-            runner.step(batch, timed=r >= args.warmup)
+            try:
+                runner.step(batch, timed=r >= args.warmup)
+            except Exception as err:  # reported in the table and the JSON
+                if r >= args.warmup:
+                    raise  # a failure after warm-up would make the timed rounds unequal
+                failed[runner.label] = f"{type(err).__name__}: {str(err)[:500]}"
+                print(f"== {size} {runner.label} failed, left out: {failed[runner.label]}", flush=True)
+                runners.remove(runner)
+                runner.opt.state.clear()
+                if args.device.startswith("cuda"):
+                    torch.cuda.empty_cache()
 
     timed = [batches[(args.warmup + i) % len(batches)] for i in range(args.steps)]
     tokens = sum(b["tokens"] for b in timed)
@@ -282,7 +293,9 @@ def measure(size: str, args: argparse.Namespace, peak_flops: float) -> tuple[lis
         "batch_shapes": [b["padded"] for b in batches],
         "target_tokens_per_batch": [b["tokens"] for b in batches],
         "flop_counter_over_analytic_padded": counted / analytic,
+        "failed": failed,
     }
+    rows += [[f"{size} {label}", "failed (see above)"] + [math.nan] * 8 for label in failed]
     return rows, {"info": info, "results": results}
 
 
