@@ -102,7 +102,9 @@ class TorchTransformer(nn.Module):
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """src [B, S], tgt_in [B, T] -> logits [B, T, V]."""
         src_pad = src == PAD  # True = ignore (nn.Transformer's convention)
-        causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1), dtype=torch.float32)
+        causal = nn.Transformer.generate_square_subsequent_mask(
+            tgt_in.size(1), device=tgt_in.device, dtype=torch.float32
+        )
         y = self.transformer(
             self._embed(src),
             self._embed(tgt_in),

@@ -77,7 +77,9 @@ class TranslationDataModule(L.LightningDataModule):
         eval_max_tokens: the same for validation and test; ``None`` means ``max_tokens``.
         seed: seed of the per-epoch batch order.
         num_workers: DataLoader worker processes (0: load in the main process).
-        pin_memory: pin batches in page-locked memory (faster host-to-GPU copies).
+        pin_memory: pin batches in page-locked memory, so that Lightning's host-to-GPU copies
+            (``non_blocking=True`` on CUDA) run asynchronously; ``None``: pin when the Trainer
+            runs on a CUDA device.
         cache_dir: root for cached SentencePiece models and tokenized splits; ``None``:
             ``$NMT_CACHE_DIR``, else ``~/.cache/nmt-transformer``.
         run_dir: the run's directory; the SentencePiece model(s) are copied to
@@ -106,7 +108,7 @@ class TranslationDataModule(L.LightningDataModule):
         eval_max_tokens: int | None = None,
         seed: int = 1234,
         num_workers: int = 0,
-        pin_memory: bool = False,
+        pin_memory: bool | None = None,
         cache_dir: str | None = None,
         run_dir: str | None = None,
     ) -> None:
@@ -266,13 +268,20 @@ class TranslationDataModule(L.LightningDataModule):
         ds = self.tokenized["train"]
         return padding_fraction(sampler.global_batches(), ds["src_len"][:], ds["tgt_len"][:])
 
+    def _pin_memory(self) -> bool:
+        """``pin_memory``, or when None (auto): whether the Trainer trains on a CUDA device."""
+        if self.pin_memory is not None:
+            return self.pin_memory
+        strategy = getattr(self.trainer, "strategy", None)  # None: no Trainer (yet)
+        return strategy is not None and strategy.root_device.type == "cuda"
+
     def _loader(self, split: str, sampler: TokenBucketBatchSampler) -> DataLoader:
         kwargs = {
             "batch_sampler": sampler,
             "collate_fn": collate_batch,
             "num_workers": self.num_workers,
             "persistent_workers": self.num_workers > 0,
-            "pin_memory": self.pin_memory,
+            "pin_memory": self._pin_memory(),
             # Its own generator: creating an iterator draws a worker seed, and drawing it from the
             # global RNG (which drives dropout) would make dropout depend on how many loaders were
             # built before, e.g. by a sanity check; exact resumption needs that independence.

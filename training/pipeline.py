@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
@@ -93,6 +94,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     output_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, output_dir / "config.yaml", resolve=True)
     L.seed_everything(cfg.seed, workers=True)
+    torch.set_float32_matmul_precision(cfg.get("float32_matmul_precision", "highest"))
 
     datamodule = instantiate(cfg.data, run_dir=str(output_dir))
     datamodule.prepare_data()
@@ -101,6 +103,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     model_cfg = _plain(cfg.model)
     model_cfg.update(src_vocab_size=datamodule.src_vocab_size, tgt_vocab_size=datamodule.tgt_vocab_size)
     model_cfg["share_embeddings"] = bool(model_cfg.get("share_embeddings", False) and joint)
+    compile = cfg.get("compile", False)  # a bool, or a mapping of torch.compile arguments
     module = TranslationModule(
         model=model_cfg,
         optimizer=_plain(cfg.optimizer),
@@ -108,6 +111,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         decoding=_plain(cfg.decoding),
         src_lang=cfg.data.src_lang,
         tgt_lang=cfg.data.tgt_lang,
+        compile=_plain(compile) if isinstance(compile, DictConfig) else bool(compile),
     )
     module.output_dir = str(output_dir)
     logger.info("model: %s parameters", f"{module.model.num_parameters():,}")

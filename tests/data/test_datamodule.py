@@ -216,3 +216,16 @@ def test_loaders_split_across_ranks_from_the_trainer(tiny_corpus_dir: Path, tmp_
         shares[split] = [i for batches in per_rank for b in batches for i in b]
     assert sorted(shares["train"]) == list(range(400))  # disjoint and complete
     assert sorted(shares["validation"]) == list(range(30))
+
+
+def test_batches_are_pinned_by_default_only_for_a_cuda_trainer(tiny_corpus_dir: Path, tmp_path: Path) -> None:
+    def pinned(device: str, **kwargs: object) -> bool:
+        dm = _datamodule(tiny_corpus_dir, tmp_path, **kwargs)
+        strategy = SimpleNamespace(root_device=torch.device(device))
+        dm.trainer = SimpleNamespace(world_size=1, global_rank=0, strategy=strategy)
+        dm.setup("validate")
+        return dm.val_dataloader().pin_memory
+
+    assert _datamodule(tiny_corpus_dir, tmp_path).hparams["pin_memory"] is None  # auto
+    assert pinned("cuda") and not pinned("cpu")
+    assert not pinned("cuda", pin_memory=False) and pinned("cpu", pin_memory=True)

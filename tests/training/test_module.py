@@ -1,7 +1,13 @@
-"""The Lightning module on its own: it memorises a toy batch, and its schedule has the paper's shape."""
+"""The Lightning module on its own: it memorises a toy batch, and its schedule has the paper's shape.
+
+Also: a compiled training step gives the same losses as an eager one, and fused Adam is clipped
+under bf16 autocast.
+"""
 
 import lightning as L
 import pytest
+import torch
+from torch._dynamo.utils import counters
 from torch.utils.data import DataLoader
 
 from data.batching import collate_batch
@@ -12,7 +18,8 @@ from training.schedule import inverse_sqrt_factor
 from transformer.search import greedy_search
 
 
-def test_module_overfits_a_toy_batch():
+def _toy_batch() -> tuple[dict, list[list[int]], int]:
+    """A batch of 10 toy pairs, the target ids and the vocabulary size."""
     pairs = toy_pairs(10, seed=3)
     tok = SubwordTokenizer(train_word_spm([s for pair in pairs for s in pair]))
     src_ids = tok.encode([s for s, _ in pairs])
@@ -21,11 +28,20 @@ def test_module_overfits_a_toy_batch():
     batch = collate_batch(
         [{"id": i, "src_ids": s + [EOS_ID], "tgt_ids": t} for i, (s, t) in enumerate(examples)]
     )
-    model = dict(
-        src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size, d_model=32, n_heads=4,
+    return batch, tgt_ids, tok.vocab_size
+
+
+def _tiny(vocab: int) -> dict:
+    """A one-layer model without dropout (a compiled step draws other dropout masks than eager)."""
+    return dict(
+        src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=4,
         n_encoder_layers=1, n_decoder_layers=1, d_ff=64, dropout=0.0, share_embeddings=True,
     )  # fmt: skip
-    module = TranslationModule(model, optimizer={"lr": 3e-3, "warmup_steps": 10}, label_smoothing=0.0)
+
+
+def test_module_overfits_a_toy_batch():
+    batch, tgt_ids, vocab = _toy_batch()
+    module = TranslationModule(_tiny(vocab), optimizer={"lr": 3e-3, "warmup_steps": 10}, label_smoothing=0.0)
     trainer = L.Trainer(
         max_steps=200, accelerator="cpu", logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False,
@@ -34,6 +50,69 @@ def test_module_overfits_a_toy_batch():
     module.eval()
     assert trainer.callback_metrics["train/loss"] < 0.05
     assert greedy_search(module.model, batch["src"], BOS_ID, EOS_ID) == tgt_ids
+
+
+# inductor builds C++ kernels on the CPU: ~20 s with a cold cache on the 2-core machine (cached on disk).
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
+def test_compiled_training_steps_give_the_eager_losses(backend):
+    batch, _, vocab = _toy_batch()
+    torch._dynamo.reset()
+    counters.clear()
+    losses = {}
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        module = TranslationModule(_tiny(vocab), compile={"backend": backend} if compiled else False).train()
+        adam = torch.optim.Adam(module.model.parameters(), lr=3e-3)
+        losses[compiled] = []
+        for _ in range(4):
+            loss_sum, n_tokens = module.loss(batch, label_smoothing=0.1)
+            loss = loss_sum.sum() / n_tokens.sum()
+            loss.backward()
+            adam.step()
+            adam.zero_grad()
+            losses[compiled].append(loss.item())
+    assert counters["stats"]["unique_graphs"] >= 1  # dynamo did compile (no silent fallback)
+    torch._dynamo.reset()
+    torch.testing.assert_close(losses[True], losses[False], rtol=1e-5, atol=1e-5)
+    assert losses[True][-1] < losses[True][0]
+    # Evaluation runs the model eagerly: the compiled function is used for training only.
+    counters.clear()
+    module.eval()
+    with torch.no_grad():
+        module.loss(batch, label_smoothing=0.0)
+    assert not counters["stats"]["unique_graphs"]
+
+
+def test_fused_adam_is_clipped_under_bf16_autocast():
+    """Lightning refuses to clip a fused optimizer under mixed precision (fp16's scaler would have
+    to unscale first); bf16 has no scaler, and the module clips the gradients itself."""
+    batch, _, vocab = _toy_batch()
+    module = TranslationModule(_tiny(vocab), optimizer={"fused": True, "warmup_steps": 10})
+    norms = []
+
+    class RecordNorms(L.Callback):
+        def on_train_start(self, trainer, pl_module):
+            def record(optimizer, args, kwargs):  # after the step: the clipped gradients are still there
+                grads = [
+                    p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None
+                ]
+                norms.append(float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))))
+
+            trainer.optimizers[0].register_step_post_hook(record)
+
+    trainer = L.Trainer(
+        max_steps=3, accelerator="cpu", precision="bf16-mixed", gradient_clip_val=1e-3,
+        callbacks=[RecordNorms()], logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    trainer.fit(module, train_dataloaders=DataLoader([batch] * 3, batch_size=None))
+    assert trainer.optimizers[0].defaults["fused"] is True
+    assert norms == pytest.approx([1e-3] * 3, rel=1e-3)
+
+
+def test_fused_adam_is_automatic_on_cuda_only():
+    module = TranslationModule(_tiny(12))  # optimizer.fused null: auto; the parameters are on the CPU
+    assert module.configure_optimizers()["optimizer"].defaults["fused"] is False
 
 
 def test_hyperparameters_must_be_plain_dicts():

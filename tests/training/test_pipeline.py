@@ -1,21 +1,31 @@
-"""train.py's pipeline: configs compose, a fast dev run, exact resume, DDP BLEU, checkpoints."""
+"""train.py's pipeline: configs compose, a fast dev run, exact resume, DDP BLEU, checkpoints.
+
+Also: the GPU configs compose to arguments that exist, and a compiled run validates, tests and
+writes checkpoints that load without torch.compile.
+"""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf, open_dict
+from torch._dynamo.utils import counters
 
+from data.datamodule import TranslationDataModule
 from tests.toy_text import write_toy_corpus
+from training.module import DEFAULT_OPTIMIZER, TranslationModule
 from training.pipeline import train
 from transformer import TransformerConfig
+from translation import Translator
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
@@ -76,6 +86,43 @@ def test_every_trainer_composes(trainer):
         assert cfg.trainer.strategy == "ddp"
 
 
+GPU_CONFIGS = {
+    "trainer=gpu": ["trainer=gpu"],
+    "trainer=ddp": ["trainer=ddp"],
+    "model=base trainer=gpu": ["model=base", "trainer=gpu"],
+    "experiment=multi30k_de_en_gpu": ["experiment=multi30k_de_en_gpu"],
+    "experiment=wmt14_de_en_base_gpu": ["experiment=wmt14_de_en_base_gpu"],
+}
+
+
+@pytest.mark.parametrize("overrides", GPU_CONFIGS.values(), ids=GPU_CONFIGS.keys())
+def test_gpu_configs_resolve_to_arguments_that_exist(overrides):
+    """Every key resolves and is an argument of what it configures; the GPU settings are on."""
+    cfg = OmegaConf.to_container(compose_config(overrides, Path("/tmp/run")), resolve=True)
+    trainer, data, optimizer = cfg["trainer"], cfg["data"], cfg["optimizer"]
+    assert set(trainer) - {"_target_"} <= set(inspect.signature(L.Trainer.__init__).parameters)
+    assert set(data) - {"_target_"} <= set(inspect.signature(TranslationDataModule.__init__).parameters)
+    assert set(optimizer) == set(DEFAULT_OPTIMIZER)
+    TransformerConfig(src_vocab_size=100, tgt_vocab_size=100, **cfg["model"])
+    assert (trainer["accelerator"], trainer["precision"]) == ("gpu", "bf16-mixed")
+    assert trainer["gradient_clip_val"] > 0 and trainer["accumulate_grad_batches"] >= 1
+    assert optimizer["fused"] is None  # auto: fused Adam on CUDA
+    assert data["pin_memory"] is None  # auto: pinned on CUDA
+    assert isinstance(cfg["compile"], bool)
+    torch.set_float32_matmul_precision(cfg["float32_matmul_precision"])  # a valid value
+    torch.set_float32_matmul_precision("highest")
+    if "experiment" in overrides[0]:
+        assert data["num_workers"] > 0
+    if overrides == ["experiment=wmt14_de_en_base_gpu"]:
+        assert cfg["model"]["d_model"] == 512 and data["max_tokens"] == 25000 and cfg["compile"] is True
+
+
+def test_every_experiment_starts_with_the_command_that_runs_it():
+    for path in sorted((CONF / "experiment").glob("*.yaml")):
+        header = path.read_text().split("\ndefaults:")[0]
+        assert f"python train.py experiment={path.stem}\n" in header, path.name
+
+
 def test_command_line_overrides_from_the_issue_compose():
     cfg = compose_config(
         ["data.src_lang=en", "data.tgt_lang=de", "model=tiny"]
@@ -91,6 +138,34 @@ def test_fast_dev_run_on_a_corpus_made_in_the_test(toy, tmp_path):
     assert "test/bleu" in results and "train/loss" in results
     assert (tmp_path / "run" / "config.yaml").is_file()
     assert (tmp_path / "run" / "tokenizer" / "joint.model").is_file()
+
+
+def test_a_compiled_run_validates_tests_and_writes_plain_checkpoints(toy, tmp_path):
+    """compile: the training step is compiled; greedy validation, beam-search test and checkpoints
+    work as without, and the checkpoint loads with weights_only=True and no torch.compile.
+
+    aot_eager (dynamo and AOTAutograd, no code generation) keeps this quick on the CPU; the
+    inductor backend is compared with eager in tests/training/test_module.py.
+    """
+    overrides = [*toy_overrides(*toy), "compile={backend:aot_eager}", "trainer.max_epochs=1"]
+    overrides += [
+        "trainer.limit_train_batches=3",
+        "trainer.limit_val_batches=2",
+        "trainer.limit_test_batches=2",
+    ]
+    torch._dynamo.reset()
+    counters.clear()
+    results = train(compose_config(overrides, tmp_path / "run"))
+    assert counters["stats"]["unique_graphs"] >= 1  # the training step was compiled
+    torch._dynamo.reset()
+    assert {"train/loss", "val/bleu", "test/bleu"} <= set(results)
+    ckpt_path = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    state = torch.load(ckpt_path, map_location="cpu", weights_only=True)["state_dict"]
+    hp = torch.load(ckpt_path, map_location="cpu", weights_only=True)["hyper_parameters"]
+    assert "compile" not in hp
+    assert state.keys() == TranslationModule(hp["model"]).state_dict().keys()  # no "_orig_mod."
+    translator = Translator.from_checkpoint(ckpt_path)
+    assert len(translator.translate(["ein hund läuft", "die katze"])) == 2
 
 
 @pytest.fixture(scope="module")

@@ -66,7 +66,7 @@ def test_checkpoint_follows_the_contract(good: Path, protos: dict[str, bytes]) -
     }
 
 
-def test_load_translator_restores_model_and_tokenizers(good: Path) -> None:
+def test_from_checkpoint_restores_model_and_tokenizers(good: Path) -> None:
     saved = torch.load(good, map_location="cpu", weights_only=True)
     translator = Translator.from_checkpoint(good, "cpu")
     assert not translator.model.training

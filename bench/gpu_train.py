@@ -1,0 +1,405 @@
+"""GPU training speed: ours against ``torch.nn.Transformer``, eager and compiled, base and big, side by side.
+
+    python bench/gpu_train.py                                  # CUDA: base and big, bf16, 25k tokens
+    python bench/gpu_train.py --models base --steps 50         # longer, one size
+    python bench/gpu_train.py --device cpu --models tiny --steps 2 --warmup 1 --batches 1 \\
+        --max-tokens 512 --no-compile                          # smoke check of the script on a CPU
+
+What is compared, per model size, in one process, interleaved round-robin (each round: the same
+batch through every configuration, the order rotated each round):
+
+* ours eager / ours compiled: ``transformer.Transformer`` with the sizes of ``conf/model/<name>.yaml``
+  (dropout included), shared and tied embeddings; the step is what training runs:
+  ``training.module.token_losses`` (forward + label-smoothed loss), compiled with ``torch.compile``
+  exactly as ``compile=true`` compiles it;
+* nn.Transformer eager / compiled: ``torch.nn.Transformer(batch_first=True)`` of the same sizes, as
+  ``bench/train_speed.py`` builds it (shared embedding, the same sinusoidal table, tied output),
+  through the same loss function;
+* each with its own Adam (fused on CUDA, as training's ``optimizer.fused`` auto), lr 1e-4,
+  gradient-norm clipping at 1.0; bf16 autocast around forward and loss (``bf16-mixed``), or fp32.
+
+Batches: random ids in the shapes of the training sampler's batches (``data.batching.
+TokenBucketBatchSampler``, ``--max-tokens`` padded tokens per batch, ``data.max_tokens``) over
+synthetic sentence lengths: normal(``--mean-len``, ``--sd-len``) subwords, clipped to [4, 128],
+target = source +-3 (no WMT corpus on the machine; the lengths set the attention share and the
+padding). ``--batches`` of them, used in turn: compiled models see several shapes, as in training
+(torch.compile's default: static shapes first, dynamic after the first change).
+
+Figures per configuration: target tokens/s (real target tokens, not padding, of all timed steps
+over their time, each step timed between CUDA synchronisations); the paired ratio to
+nn.Transformer (median over rounds of the step-time ratio on the same batch); peak memory (its
+parameters and Adam state plus the most its step allocated on top, ``torch.cuda.max_memory_
+allocated``); and MFU = model FLOPs per second / the device's peak. Model FLOPs are analytic: the
+matmuls of forward + backward = 3x forward (``bench/train_speed.forward_flops``: Q/K/V/output
+projections, attention scores and weighted sums over the full score matrix, feed-forward, output
+projection; 2 FLOPs per multiply-add), counted on the real (unpadded) sentences; "padded" counts
+the padded batch. ``torch.utils.flop_counter.FlopCounterMode`` counts one eager step of ours as a
+check. The peak is the GPU's dense bf16 tensor-core peak, by default 989 TFLOP/s (H100 SXM and
+H200; ``--peak-tflops`` for others, e.g. 756 for an H100 PCIe); on a CPU, the measured matmul peak.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import yaml  # noqa: E402
+from torch.utils.flop_counter import (  # noqa: E402
+    FlopCounterMode,
+    flop_registry,
+    register_flop_formula,
+    sdpa_backward_flop_count,
+    sdpa_flop_count,
+)
+
+from bench.common import ROOT, environment, matmul_peak, median, print_config, print_table, write_json  # noqa: E402
+from bench.train_speed import BOS, EOS, PAD, Sizes, TorchTransformer, build_ours, forward_flops  # noqa: E402
+from data.batching import TokenBucketBatchSampler  # noqa: E402
+from training.module import token_losses  # noqa: E402
+
+H100_BF16_DENSE_TFLOPS = 989.0  # H100 SXM5 (and H200) dense bf16 tensor-core peak, NVIDIA's data sheet
+GIB = 2**30
+
+
+# ----------------------------------------------------------------------------- FLOP counting
+
+# The CPU's fused attention has no formula in torch.utils.flop_counter; count it as the GPU's
+# (as bench/decode_speed.py does), so that the check below also means something on a CPU.
+_CPU_ATTENTION = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+_CPU_ATTENTION_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+if _CPU_ATTENTION not in flop_registry:
+    register_flop_formula(_CPU_ATTENTION)(lambda q, k, v, *args, **kwargs: sdpa_flop_count(q, k, v))
+if _CPU_ATTENTION_BACKWARD not in flop_registry:
+    register_flop_formula(_CPU_ATTENTION_BACKWARD)(
+        lambda grad, q, k, v, *args, **kwargs: sdpa_backward_flop_count(grad, q, k, v)
+    )
+
+
+def model_sizes(name: str, vocab: int) -> Sizes:
+    """The sizes of ``conf/model/<name>.yaml`` with a ``vocab``-word joint vocabulary."""
+    cfg = yaml.safe_load((ROOT / "conf" / "model" / f"{name}.yaml").read_text())
+    if cfg["n_encoder_layers"] != cfg["n_decoder_layers"]:
+        raise ValueError(f"model={name}: nn.Transformer here takes one layer count for both stacks")
+    return Sizes(
+        vocab=vocab,
+        d_model=cfg["d_model"],
+        n_heads=cfg["n_heads"],
+        layers=cfg["n_encoder_layers"],
+        d_ff=cfg["d_ff"],
+        dropout=cfg["dropout"],
+        max_positions=cfg["max_positions"],
+    )
+
+
+def train_flops(s: Sizes, batch: dict) -> tuple[float, float]:
+    """Model FLOPs of one training step (3x forward): (real sentences, padded batch)."""
+    real = sum(forward_flops(s, 1, ls, lt) for ls, lt in batch["lengths"])
+    return 3 * real, 3 * forward_flops(s, *batch["padded"])
+
+
+# ----------------------------------------------------------------------------- batches
+
+
+def make_batches(args: argparse.Namespace, vocab: int) -> list[dict]:
+    """``args.batches`` batches of random ids, cut by the training sampler from synthetic lengths."""
+    rng = np.random.default_rng(args.seed)
+    n = 20 * max(1, args.max_tokens // int(args.mean_len)) * args.batches  # enough for the batches asked
+    src_lens = np.clip(np.rint(rng.normal(args.mean_len, args.sd_len, n)), 4, 128).astype(int)
+    tgt_lens = np.clip(src_lens + rng.integers(-3, 4, n), 4, 128)  # target tokens incl. EOS
+    sampler = TokenBucketBatchSampler(src_lens, tgt_lens, max_tokens=args.max_tokens, seed=args.seed)
+    g = torch.Generator().manual_seed(args.seed)
+    batches = []
+    for indices in list(sampler)[: args.batches]:
+        lengths = [(int(src_lens[i]), int(tgt_lens[i])) for i in indices]
+        b, S, T = len(lengths), max(p[0] for p in lengths), max(p[1] for p in lengths)
+        src = torch.full((b, S), PAD, dtype=torch.long)
+        tgt_in = torch.full((b, T), PAD, dtype=torch.long)
+        tgt_out = torch.full((b, T), PAD, dtype=torch.long)
+        for row, (ls, lt) in enumerate(lengths):
+            src[row, : ls - 1] = torch.randint(4, vocab, (ls - 1,), generator=g)
+            src[row, ls - 1] = EOS
+            words = torch.randint(4, vocab, (lt - 1,), generator=g)
+            tgt_in[row, 0], tgt_in[row, 1:lt] = BOS, words
+            tgt_out[row, : lt - 1], tgt_out[row, lt - 1] = words, EOS
+        batches.append(
+            {
+                "src": src,
+                "tgt_in": tgt_in,
+                "tgt_out": tgt_out,
+                "tokens": sum(lt for _, lt in lengths),
+                "lengths": lengths,
+                "padded": (b, S, T),
+            }
+        )
+    return batches
+
+
+# ----------------------------------------------------------------------------- stepping
+
+
+class Runner:
+    """One model, its optimizer, eager or compiled; ``step(batch)`` is one timed training step."""
+
+    def __init__(self, name: str, model: torch.nn.Module, compiled: bool, args: argparse.Namespace) -> None:
+        self.name, self.compiled, self.device = name, compiled, torch.device(args.device)
+        self.model = model.to(self.device).train()
+        self.bf16 = args.precision == "bf16"
+        fused = self.device.type == "cuda"  # as training's optimizer.fused: null
+        self.opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=fused)
+        self.losses = token_losses
+        if compiled:
+            self.losses = torch.compile(token_losses, backend=args.compile_backend)
+        self.warmup_times: list[float] = []
+        self.times: list[float] = []
+        self.peak_bytes = 0
+        self.last_loss = math.nan
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} {'compiled' if self.compiled else 'eager'}"
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def resident_bytes(self) -> int:
+        """Parameters and optimizer state (gradients are freed before each step)."""
+        tensors = list(self.model.parameters()) + [
+            t for state in self.opt.state.values() for t in state.values() if torch.is_tensor(t)
+        ]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def step(self, batch: dict, timed: bool) -> None:
+        src, tgt_in, tgt_out = (batch[k].to(self.device) for k in ("src", "tgt_in", "tgt_out"))
+        self.opt.zero_grad(set_to_none=True)
+        self._sync()
+        cuda = self.device.type == "cuda"
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+            others = torch.cuda.memory_allocated(self.device) - self.resident_bytes()
+        start = time.perf_counter()
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            loss = self.losses(self.model, src, tgt_in, tgt_out, PAD, 0.1).sum() / batch["tokens"]
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.opt.step()
+        self._sync()
+        elapsed = time.perf_counter() - start
+        (self.times if timed else self.warmup_times).append(elapsed)
+        if cuda and timed:
+            self.peak_bytes = max(self.peak_bytes, torch.cuda.max_memory_allocated(self.device) - others)
+        self.last_loss = float(loss.detach())
+
+
+def count_flops(runner: Runner, batch: dict) -> float:
+    """FLOPs of one step of ``runner`` (eager) as ``FlopCounterMode`` counts them."""
+    with FlopCounterMode(display=False) as counter:
+        runner.step(batch, timed=False)
+    runner.warmup_times.pop()
+    return counter.get_total_flops()
+
+
+def measure(size: str, args: argparse.Namespace, peak_flops: float) -> tuple[list[list], dict]:
+    """Interleaved rounds of every configuration of one model size: table rows and JSON."""
+    s = model_sizes(size, args.vocab)
+    batches = make_batches(args, s.vocab)
+    runners = []
+    for name in ("ours", "torch"):
+        for compiled in (False, True) if args.compile else (False,):
+            torch.manual_seed(args.seed)
+            model = build_ours(s) if name == "ours" else TorchTransformer(s)
+            runners.append(Runner(name, model, compiled, args))
+    n_params = {r.name: sum(p.numel() for p in r.model.parameters()) for r in runners}
+    counted = count_flops(runners[0], batches[0])
+    analytic = train_flops(s, batches[0])[1]
+    print(
+        f"== model={size}: {s}; ours {n_params['ours']:,} parameters, nn.Transformer "
+        f"{n_params['torch']:,}; batch shapes (b, S, T) {' '.join(str(b['padded']) for b in batches)}; "
+        f"FlopCounterMode / analytic FLOPs of one eager step of ours (padded): {counted / analytic:.3f}",
+        flush=True,
+    )
+    failed = {}  # a configuration that fails (a compile error, out of memory) must not cost the others
+    for r in range(args.warmup + args.steps):
+        batch = batches[r % len(batches)]
+        for runner in runners[r % len(runners) :] + runners[: r % len(runners)]:
+            try:
+                runner.step(batch, timed=r >= args.warmup)
+            except Exception as err:  # reported in the table and the JSON
+                if r >= args.warmup:
+                    raise  # a failure after warm-up would make the timed rounds unequal
+                failed[runner.label] = f"{type(err).__name__}: {str(err)[:500]}"
+                print(f"== {size} {runner.label} failed, left out: {failed[runner.label]}", flush=True)
+                runners.remove(runner)
+                runner.opt.state.clear()
+                if args.device.startswith("cuda"):
+                    torch.cuda.empty_cache()
+
+    timed = [batches[(args.warmup + i) % len(batches)] for i in range(args.steps)]
+    tokens = sum(b["tokens"] for b in timed)
+    flops = [train_flops(s, b) for b in timed]
+    real_flops, padded_flops = sum(f[0] for f in flops), sum(f[1] for f in flops)
+    by_label = {r.label: r for r in runners}
+
+    def ratio(r: Runner, other: str) -> float:
+        """Median over rounds of other's step time / r's, on the same batch (> 1: r is faster)."""
+        if other not in by_label:
+            return math.nan
+        return median([t_o / t for t, t_o in zip(r.times, by_label[other].times, strict=True)])
+
+    rows, results = [], {}
+    for r in runners:
+        seconds = sum(r.times)
+        mode = "compiled" if r.compiled else "eager"
+        # Warm-up time beyond its steps' median: the compiles (static shapes, then dynamic).
+        compile_s = sum(r.warmup_times) - len(r.warmup_times) * median(r.times)
+        out = {
+            "tokens_per_s": tokens / seconds,
+            "ratio_vs_torch_same_mode": ratio(r, f"torch {mode}"),
+            "ratio_vs_torch_eager": ratio(r, "torch eager"),
+            "peak_memory_gib": r.peak_bytes / GIB if r.device.type == "cuda" else math.nan,
+            "warmup_beyond_steps_s": compile_s,
+            "model_tflop_s": real_flops / seconds / 1e12,
+            "mfu": real_flops / seconds / peak_flops,
+            "mfu_padded": padded_flops / seconds / peak_flops,
+            "last_loss": r.last_loss,
+            "step_seconds": r.times,
+        }
+        results[r.label] = out
+        rows.append(
+            [
+                f"{size} {r.label}",
+                out["tokens_per_s"],
+                out["ratio_vs_torch_same_mode"],
+                out["ratio_vs_torch_eager"],
+                out["peak_memory_gib"],
+                compile_s,
+                out["model_tflop_s"],
+                out["mfu"],
+                out["mfu_padded"],
+                r.last_loss,
+            ]
+        )
+    info = {
+        "sizes": str(s),
+        "parameters": n_params,
+        "batch_shapes": [b["padded"] for b in batches],
+        "target_tokens_per_batch": [b["tokens"] for b in batches],
+        "flop_counter_over_analytic_padded": counted / analytic,
+        "failed": failed,
+    }
+    rows += [[f"{size} {label}", "failed (see above)"] + [math.nan] * 8 for label in failed]
+    return rows, {"info": info, "results": results}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--models", nargs="+", default=["base", "big"], help="conf/model/ names (default base big)"
+    )
+    parser.add_argument("--precision", default="bf16", choices=["bf16", "fp32"], help="bf16: autocast")
+    parser.add_argument(
+        "--max-tokens", type=int, default=25000, help="padded tokens per batch (data.max_tokens)"
+    )
+    parser.add_argument("--vocab", type=int, default=32000, help="joint vocabulary (conf/data/hub.yaml's)")
+    parser.add_argument("--mean-len", type=float, default=28.0, help="mean sentence length, subwords")
+    parser.add_argument("--sd-len", type=float, default=12.0, help="its standard deviation")
+    parser.add_argument("--batches", type=int, default=4, help="distinct batches (shapes), used in turn")
+    parser.add_argument("--warmup", type=int, default=6, help="untimed rounds first (the compiles)")
+    parser.add_argument("--steps", type=int, default=20, help="timed rounds (each: every configuration once)")
+    parser.add_argument(
+        "--no-compile", dest="compile", action="store_false", help="eager configurations only"
+    )
+    parser.add_argument(
+        "--compile-backend", default="inductor", help="torch.compile backend (default inductor)"
+    )
+    parser.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help=f"the device's peak; default {H100_BF16_DENSE_TFLOPS:g} (H100 SXM dense bf16) on CUDA, "
+        "the measured matmul peak on a CPU",
+    )
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--json", default="gpu_train", help="results: bench/results/<name>.json, or a path")
+    args = parser.parse_args()
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    # Every compiled configuration recompiles token_losses (one code object) for its own model
+    # and shapes; torch's default limit of 8 would send the later ones back to eager.
+    torch._dynamo.config.recompile_limit = 64
+    device = torch.device(args.device)
+    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    if args.peak_tflops is not None:
+        peak, peak_source = args.peak_tflops * 1e12, "given (--peak-tflops)"
+    elif device.type == "cuda":
+        if args.precision != "bf16":
+            parser.error("--precision fp32 on CUDA needs --peak-tflops (the default is the bf16 peak)")
+        peak, peak_source = H100_BF16_DENSE_TFLOPS * 1e12, "H100 SXM dense bf16 (NVIDIA's data sheet)"
+    else:
+        peak, peak_source = matmul_peak(dtype), f"measured: best 2048^3 {args.precision} matmul on this CPU"
+    config = {
+        **environment(torch.get_num_threads()),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({args.device})",
+        "cuda": torch.version.cuda,
+        "precision": f"{args.precision} ({'autocast, fp32 weights' if args.precision == 'bf16' else 'fp32'})",
+        "peak": f"{peak / 1e12:.1f} TFLOP/s, {peak_source}",
+        "batches": f"{args.batches} of <= {args.max_tokens} padded tokens (TokenBucketBatchSampler); lengths "
+        f"normal({args.mean_len:g}, {args.sd_len:g}) clipped to [4, 128], target = source +-3; "
+        f"vocabulary {args.vocab}",
+        "optimizer": f"Adam lr 1e-4 betas (0.9, 0.98) eps 1e-9{', fused' if device.type == 'cuda' else ''}; "
+        "label smoothing 0.1; clip 1.0",
+        "compile": f"torch.compile(token_losses, backend={args.compile_backend!r})"
+        if args.compile
+        else "off",
+        "rounds": f"{args.steps} timed after {args.warmup} warm-up, round-robin, order rotated",
+        "flops": "analytic, 3x forward matmuls (bench/train_speed.forward_flops) of the real sentences; "
+        "'padded': of the padded batch",
+    }
+    print_config("GPU training speed: ours vs torch.nn.Transformer, eager and compiled", config)
+    rows, results = [], {}
+    for size in args.models:
+        size_rows, results[size] = measure(size, args, peak)
+        rows += size_rows
+        torch._dynamo.reset()  # frees this size's compiled code, models and optimizer state
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    print_table(
+        [
+            "config",
+            "tok/s",
+            "x nn.T same mode",
+            "x nn.T eager",
+            "peak GiB",
+            "warm-up beyond steps s",
+            "model TFLOP/s",
+            "MFU",
+            "MFU padded",
+            "last loss",
+        ],
+        rows,
+    )
+    print("tok/s: real target tokens of all timed steps / their time; x nn.T: median over rounds of the")
+    print("step-time ratio against nn.Transformer on the same batch, > 1 means faster; MFU: model FLOPs of")
+    print(f"the real sentences per second / {peak / 1e12:.3g} TFLOP/s ('padded': of the padded batches)")
+    print(
+        "targets (issue 13): ours >= 1.0x nn.Transformer at equal precision; base compiled >= 45% MFU (bf16)"
+    )
+    write_json(args.json, {"config": config, "results": results})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""On CUDA in bf16, the fused attention (flash / memory-efficient SDPA kernels) equals the
+written-out one within bf16 tolerance, forward and gradients.
+
+Both bf16 paths are measured against the written-out attention in fp32 on the same (bf16-valued)
+inputs: the fused kernels must be as close to it as bf16 allows, i.e. within a small multiple of
+the written-out bf16 path's own error (2x for the output, 4x for gradients), and within 2% of
+the largest value of each other.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from transformer.attention import fused_attention, scaled_dot_product_attention
+
+pytestmark = pytest.mark.gpu
+
+B, H, D = 6, 8, 64
+# (q_len, k_len, key padding mask, causal). The flash kernel takes no mask other than is_causal
+# on equal lengths; the memory-efficient kernel takes every case.
+CASES = {
+    "encoder self": (37, 37, True, False),
+    "decoder self": (29, 29, False, True),
+    "decoder self, cached prefix": (5, 29, False, True),
+    "cross": (29, 37, True, False),
+    "cross, no mask": (29, 37, False, False),
+}
+FLASH_CASES = ["decoder self", "cross, no mask"]
+
+
+def _inputs(tq: int, tk: int, masked: bool, seed: int) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v = (torch.randn(B, H, t, D, device="cuda", generator=g) for t in (tq, tk, tk))
+    mask = None
+    if masked:  # right padding: every row keeps at least 3 keys
+        lengths = torch.randint(3, tk + 1, (B,), device="cuda", generator=g)
+        lengths[0] = tk
+        mask = (torch.arange(tk, device="cuda")[None, :] < lengths[:, None])[:, None, None, :]
+    return [x.bfloat16() for x in (q, k, v)], mask
+
+
+def _run(
+    attention, qkv: list[torch.Tensor], dtype: torch.dtype, grad_out: torch.Tensor
+) -> list[torch.Tensor]:
+    """The output and the gradients of q, k, v, in fp32, for inputs cast to ``dtype``."""
+    leaves = [x.detach().to(dtype).requires_grad_() for x in qkv]
+    out = attention(*leaves)
+    out.backward(grad_out.to(dtype))
+    return [out.detach().float()] + [x.grad.float() for x in leaves]
+
+
+@pytest.mark.parametrize(
+    "backend,case",
+    [(SDPBackend.EFFICIENT_ATTENTION, case) for case in CASES]
+    + [(SDPBackend.FLASH_ATTENTION, case) for case in FLASH_CASES],
+    ids=lambda x: x.name.lower() if isinstance(x, SDPBackend) else x,
+)
+def test_fused_attention_equals_written_out_in_bf16(backend, case):
+    tq, tk, masked, causal = CASES[case]
+    qkv, mask = _inputs(tq, tk, masked, seed=len(case))
+    grad_out = torch.randn(B, H, tq, D, device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+
+    def written_out(q, k, v):
+        return scaled_dot_product_attention(q, k, v, mask, causal)[0]
+
+    def fused(q, k, v):
+        with sdpa_kernel([backend]):  # only this kernel: an error, not a silent fallback to math
+            return fused_attention(q, k, v, mask, causal)
+
+    reference = _run(written_out, qkv, torch.float32, grad_out)
+    plain = _run(written_out, qkv, torch.bfloat16, grad_out)
+    fast = _run(fused, qkv, torch.bfloat16, grad_out)
+    for name, ref, p, f in zip(["out", "dq", "dk", "dv"], reference, plain, fast, strict=True):
+        scale = ref.abs().max().item()
+        plain_error = (p - ref).abs().max().item()
+        fused_error = (f - ref).abs().max().item()
+        factor = 2 if name == "out" else 4  # gradients round at more places, differently per kernel
+        assert fused_error <= factor * plain_error + 1e-3 * scale, (name, fused_error, plain_error, scale)
+        torch.testing.assert_close(f, p, atol=2e-2 * scale, rtol=2e-2, msg=name)
