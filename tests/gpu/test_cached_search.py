@@ -6,37 +6,16 @@ import pytest
 import torch
 
 from bench.uncached import Recomputing
-from tests.transformer.helpers import BOS, EOS, PAD, random_tokens, tiny_model
+from tests.transformer.helpers import BOS, EOS, model_with_eos_bias, ragged_batch
 from transformer.search import beam_search, greedy_search
 
 pytestmark = pytest.mark.gpu
 
 
-def _model_with_eos_bias(norm_first: bool) -> torch.nn.Module:
-    """A random fp32 model on CUDA with a bias towards EOS, so that outputs end at varied lengths."""
-    model = tiny_model(norm_first, tie_output=False)
-    output = torch.nn.Linear(model.cfg.d_model, model.cfg.tgt_vocab_size)
-    with torch.no_grad():
-        output.weight.copy_(model.output.weight)
-        output.bias.zero_()
-        output.bias[EOS] = 2.5
-    model.output = output
-    return model.cuda().eval().pack_for_inference()  # packing is a CPU path: a no-op here
-
-
-def _ragged_batch(lengths: list[int], vocab: int = 37, seed: int = 0) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    src = torch.full((len(lengths), max(lengths)), PAD)
-    for i, n in enumerate(lengths):
-        src[i, :n] = random_tokens(1, n, vocab, g)
-        src[i, n - 1] = EOS
-    return src.cuda()
-
-
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
 def test_cached_search_equals_recomputed_search_on_cuda(norm_first):
-    model = _model_with_eos_bias(norm_first)
-    src = _ragged_batch([5, 8, 3, 6, 11, 2, 9, 7, 4, 10], seed=int(norm_first))
+    model = model_with_eos_bias(norm_first).cuda().eval().pack_for_inference()
+    src = ragged_batch([5, 8, 3, 6, 11, 2, 9, 7, 4, 10], seed=int(norm_first)).cuda()
     greedy = greedy_search(model, src, BOS, EOS)
     assert greedy == greedy_search(Recomputing(model), src, BOS, EOS)
     assert len({len(g) for g in greedy}) > 1, "outputs should end at different lengths"

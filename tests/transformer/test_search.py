@@ -4,7 +4,14 @@ import pytest
 import torch
 
 from bench.uncached import Recomputing
-from tests.transformer.helpers import BOS, EOS, PAD, random_tokens, tiny_model
+from tests.transformer.helpers import (
+    BOS,
+    EOS,
+    PAD,
+    model_with_eos_bias,
+    ragged_batch,
+    tiny_model,
+)
 from transformer import cpu_kernels
 from transformer.search import (
     _top_log_probs,
@@ -15,31 +22,10 @@ from transformer.search import (
 )
 
 
-def _ragged_batch(lengths, vocab=37, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    src = torch.full((len(lengths), max(lengths)), PAD)
-    for i, n in enumerate(lengths):
-        src[i, :n] = random_tokens(1, n, vocab, g)
-        src[i, n - 1] = EOS
-    return src
-
-
-def _model_with_eos_bias(norm_first=False):
-    """A random model with a bias towards EOS, so that outputs end at varied lengths."""
-    model = tiny_model(norm_first, tie_output=False)
-    output = torch.nn.Linear(model.cfg.d_model, model.cfg.tgt_vocab_size)
-    with torch.no_grad():
-        output.weight.copy_(model.output.weight)
-        output.bias.zero_()
-        output.bias[EOS] = 2.5
-    model.output = output
-    return model
-
-
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
 def test_beam_size_one_is_greedy(norm_first):
-    model = _model_with_eos_bias(norm_first)
-    src = _ragged_batch([4, 9, 6, 2, 7])
+    model = model_with_eos_bias(norm_first)
+    src = ragged_batch([4, 9, 6, 2, 7])
     greedy = greedy_search(model, src, BOS, EOS)
     beam = beam_search(model, src, BOS, EOS, beam_size=1, alpha=1.0)
     assert [h[0].tokens for h in beam] == greedy
@@ -47,8 +33,8 @@ def test_beam_size_one_is_greedy(norm_first):
 
 
 def test_cached_search_equals_recomputed_search():
-    model = _model_with_eos_bias()
-    src = _ragged_batch([5, 8, 3, 6])
+    model = model_with_eos_bias()
+    src = ragged_batch([5, 8, 3, 6])
     assert greedy_search(model, src, BOS, EOS) == greedy_search(Recomputing(model), src, BOS, EOS)
     cached = beam_search(model, src, BOS, EOS, beam_size=4, nbest=4)
     recomputed = beam_search(Recomputing(model), src, BOS, EOS, beam_size=4, nbest=4)
@@ -59,9 +45,9 @@ def test_cached_search_equals_recomputed_search():
 
 @pytest.mark.parametrize("search", ["greedy", "beam"])
 def test_output_does_not_depend_on_batch_size_or_neighbours(search):
-    model = _model_with_eos_bias()
+    model = model_with_eos_bias()
     lengths = [6, 3, 9, 5, 7, 4]
-    src = _ragged_batch(lengths)
+    src = ragged_batch(lengths)
 
     def run(batch):
         if search == "greedy":
@@ -77,8 +63,8 @@ def test_output_does_not_depend_on_batch_size_or_neighbours(search):
 
 
 def test_nbest_is_sorted_by_score_and_scores_are_consistent():
-    model = _model_with_eos_bias()
-    src = _ragged_batch([5, 7, 4])
+    model = model_with_eos_bias()
+    src = ragged_batch([5, 7, 4])
     results = beam_search(model, src, BOS, EOS, beam_size=5, nbest=5, alpha=0.6)
     for hyps in results:
         assert len(hyps) == 5
@@ -92,8 +78,8 @@ def test_nbest_is_sorted_by_score_and_scores_are_consistent():
 def test_beam_log_prob_equals_model_log_prob_of_the_output():
     """The log-probability beam search reports is the model's own log P(y | x), EOS included
     for hypotheses that ended by EOS (those cut at the length limit have no EOS)."""
-    model = _model_with_eos_bias()
-    src = _ragged_batch([6, 3, 8, 5])
+    model = model_with_eos_bias()
+    src = ragged_batch([6, 3, 8, 5])
     limits = max_output_lengths(src, PAD, 1.5, 10, 127).tolist()
     results = beam_search(model, src, BOS, EOS, beam_size=3, nbest=3, alpha=0.0)
     ended = 0
@@ -113,7 +99,7 @@ def test_length_limit_is_a_times_source_plus_b():
     model = tiny_model()
     with torch.no_grad():
         model.output.weight[EOS] -= 100.0  # never ends by itself
-    src = _ragged_batch([4, 7])
+    src = ragged_batch([4, 7])
     out = greedy_search(model, src, BOS, EOS, max_len_a=1.0, max_len_b=2)
     assert [len(o) for o in out] == [6, 9]
     beams = beam_search(model, src, BOS, EOS, beam_size=2, max_len_a=1.0, max_len_b=2)
@@ -122,27 +108,27 @@ def test_length_limit_is_a_times_source_plus_b():
 
 def test_nbest_larger_than_beam_is_an_error():
     with pytest.raises(ValueError, match="nbest"):
-        beam_search(tiny_model(), _ragged_batch([3]), BOS, EOS, beam_size=2, nbest=3)
+        beam_search(tiny_model(), ragged_batch([3]), BOS, EOS, beam_size=2, nbest=3)
 
 
 def test_beam_wider_than_half_the_vocabulary():
     """2 * beam_size > vocabulary: every token of every beam is a candidate, nothing breaks."""
     model = tiny_model(tgt_vocab_size=6, max_positions=32)
-    hyps = beam_search(model, _ragged_batch([4, 3]), BOS, EOS, beam_size=4, nbest=4, max_len_a=0, max_len_b=5)
+    hyps = beam_search(model, ragged_batch([4, 3]), BOS, EOS, beam_size=4, nbest=4, max_len_a=0, max_len_b=5)
     assert [len(h) for h in hyps] == [4, 4]
 
 
 def test_beam_wider_than_the_vocabulary_is_an_error():
     with pytest.raises(ValueError, match="beam_size=7 exceeds the 6-word"):
-        beam_search(tiny_model(tgt_vocab_size=6), _ragged_batch([3]), BOS, EOS, beam_size=7)
+        beam_search(tiny_model(tgt_vocab_size=6), ragged_batch([3]), BOS, EOS, beam_size=7)
 
 
 @pytest.mark.parametrize("search", ["greedy", "beam"])
 def test_min_len_holds_eos_back(search):
-    model = _model_with_eos_bias()
+    model = model_with_eos_bias()
     with torch.no_grad():
         model.output.bias[EOS] = 4.0  # early ends for greedy too
-    src = _ragged_batch([5, 8, 3, 6])
+    src = ragged_batch([5, 8, 3, 6])
 
     def lengths(min_len):
         if search == "greedy":
@@ -170,7 +156,7 @@ def test_beam_search_is_the_same_with_plain_topk(monkeypatch):
     """A vocabulary of 1,000 (15 blocks of 64 and a partial one) takes row_topk's block path;
     a block as big as the vocabulary makes it plain topk. The outputs must not differ."""
     model = tiny_model(tgt_vocab_size=1000)
-    src = _ragged_batch([6, 3, 8, 5])
+    src = ragged_batch([6, 3, 8, 5])
     blocked = beam_search(model, src, BOS, EOS, beam_size=3, nbest=3)
     monkeypatch.setattr(cpu_kernels, "TOPK_BLOCK", 10**6)
     plain = beam_search(model, src, BOS, EOS, beam_size=3, nbest=3)
@@ -184,9 +170,9 @@ def test_bfloat16_model_reports_its_outputs_log_prob():
     fp32 model's log P(y | x) of the same outputs to within bf16 rounding."""
     import copy
 
-    model = _model_with_eos_bias()
+    model = model_with_eos_bias()
     bf16 = copy.deepcopy(model).to(torch.bfloat16)
-    src = _ragged_batch([6, 3, 8])
+    src = ragged_batch([6, 3, 8])
     limits = max_output_lengths(src, PAD, 1.5, 10, 127).tolist()
     for i, hyps in enumerate(beam_search(bf16, src, BOS, EOS, beam_size=3, nbest=3, alpha=0.0)):
         for h in hyps:
