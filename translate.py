@@ -136,8 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--dtype",
         choices=sorted(DTYPES),
         default="float32",
-        help="weights' type: bfloat16 halves their memory; on an AVX512-BF16 CPU beam search ran "
-        "1.1-1.4x faster with the same BLEU (BENCHMARKS.md), and it is the fast type on recent GPUs "
+        help="weights' type: bfloat16 halves their memory and is faster on CPUs with AVX512-BF16 and "
+        "on recent GPUs; a few outputs differ (speed and BLEU: BENCHMARKS.md, 'Decoding speed') "
         "(default: float32)",
     )
     run.add_argument(
@@ -152,9 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         metavar="N",
         help="CPU only: search the batches in N processes of --threads threads each, a copy of the "
-        "model in each. With batches of 32 sentences, two 1-thread workers decoded 1.1-1.75x faster "
-        "than one 2-thread process on 2 cores; with the default --max-tokens one process is about "
-        "as fast for beam search and faster for greedy, as start-up takes ~2 s (BENCHMARKS.md) "
+        "model in each; pays with small batches (--max-tokens), while big ones keep one process's "
+        "threads busy and start-up takes a few seconds (BENCHMARKS.md, 'Decoding speed') "
         "(default: 1, this process)",
     )
     run.add_argument("--quiet", action="store_true", help="no progress bar, no info messages; warnings stay")

@@ -3,10 +3,10 @@
 Decoding runs one small step after another: per step a few matmuls of ``beam * batch`` rows and
 dozens of small operators, each too small for two threads to share well. Two processes of one
 thread each, every one decoding its own batches, keep two cores busier than one process of two
-threads (CTranslate2's ``inter_threads`` does the same); BENCHMARKS.md has the figures. It pays
-with small batches (32 sentences: 1.2-1.6x). With translate.py's default 4,096-token batches one
-process's matmuls are big enough for two threads: beam 5 is about even and greedy slower, the
-~2 s start-up included. A worker needs several batches: a few big ones leave one idle at the end.
+threads (CTranslate2's ``inter_threads`` does the same). It pays with small batches; with
+translate.py's default 4,096-token batches one process's matmuls are big enough for two threads,
+and the workers' start-up (a few seconds) is not won back (figures: BENCHMARKS.md, "Decoding
+speed"). A worker needs several batches: a few big ones leave one idle at the end.
 
 Each worker is a spawned interpreter (not a fork: forking a process whose OpenMP and oneDNN
 thread pools have run is unsafe) that loads its own copy of the model from bytes made with
