@@ -148,12 +148,7 @@ def search_batch(
         (NaN scores for greedy search).
     """
     src, options, bos_id, eos_id = job
-    common = dict(
-        bos_id=bos_id,
-        eos_id=eos_id,
-        max_len_a=options.max_len_a,
-        max_len_b=options.max_len_b,
-    )
+    common = dict(bos_id=bos_id, eos_id=eos_id, max_len_a=options.max_len_a, max_len_b=options.max_len_b)
     with torch.no_grad():
         if options.greedy:
             return [[(out, math.nan, math.nan)] for out in greedy_search(model, src, **common)]
