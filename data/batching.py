@@ -90,17 +90,20 @@ class TokenBucketBatchSampler(Sampler[list[int]]):
     def _plan_segments(self) -> tuple[list[tuple[int, int]], int]:
         """Batch boundaries ``[start, end)`` in sorted order, and how many batches to repeat."""
         order = self._sorted_order(None)
-        widths = np.maximum(self.src_lengths, self.tgt_lengths)[order].tolist()
+        widths = np.maximum(self.src_lengths, self.tgt_lengths)[order]  # ascending
+        # Greedy cut: a batch from `start` takes example j while (j - start + 1) * widths[j] <= budget,
+        # i.e. while j - cap[j] < start with cap = budget // width. j - cap[j] increases with j
+        # (widths ascend), so each batch's last example is one binary search: O(batches log n).
+        n = len(widths)
+        cap = np.where(widths > 0, self.max_tokens // np.maximum(widths, 1), n)
+        reach = np.arange(n) - cap
         segments: list[tuple[int, int]] = []
-        start, longest = 0, 0
-        for i, w in enumerate(widths):
-            longest_with = max(longest, w)
-            if i > start and (i - start + 1) * longest_with > self.max_tokens:
-                segments.append((start, i))
-                start, longest_with = i, w
-            longest = longest_with
-        if widths:
-            segments.append((start, len(widths)))
+        start = 0
+        while start < n:
+            last = int(np.searchsorted(reach, start - 1, side="right")) - 1
+            end = max(last, start) + 1  # an example over budget on its own still gets a batch
+            segments.append((start, end))
+            start = end
         # Halve the batch with the most examples until the count divides evenly across ranks.
         while len(segments) % self.num_replicas:
             k = max(range(len(segments)), key=lambda j: segments[j][1] - segments[j][0])
@@ -191,13 +194,16 @@ def padding_fraction(
     Returns:
         ``1 - real tokens / padded tokens`` over source and target together.
     """
-    src, tgt = np.asarray(src_lengths), np.asarray(tgt_lengths)
-    real = padded = 0
-    for batch in batches:
-        idx = np.asarray(batch)
-        s, t = src[idx], tgt[idx]
-        real += int(s.sum() + t.sum())
-        padded += len(idx) * int(s.max() + t.max())
+    src, tgt = np.asarray(src_lengths, dtype=np.int64), np.asarray(tgt_lengths, dtype=np.int64)
+    sizes = np.array([len(b) for b in batches], dtype=np.int64)
+    batches = [b for b in batches if len(b)]
+    if not batches:
+        return 0.0
+    idx = np.concatenate([np.asarray(b, dtype=np.int64) for b in batches])
+    starts = np.concatenate([[0], np.cumsum(sizes[sizes > 0])[:-1]])
+    s, t = src[idx], tgt[idx]
+    real = int(s.sum() + t.sum())
+    padded = int((sizes[sizes > 0] * (np.maximum.reduceat(s, starts) + np.maximum.reduceat(t, starts))).sum())
     return 1.0 - real / padded if padded else 0.0
 
 

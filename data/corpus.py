@@ -28,15 +28,23 @@ removed.
 from __future__ import annotations
 
 import gzip
+import hashlib
+import json
 import logging
 import os
-from collections.abc import Iterator, Sequence
+import zlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import datasets
+import numpy as np
 from datasets.exceptions import DatasetNotFoundError
 from huggingface_hub.errors import LocalEntryNotFoundError
+
+from data.arrow_pairs import write_pairs
+from data.cache import build_once
 
 logger = logging.getLogger(__name__)
 
@@ -211,6 +219,93 @@ def find_split_file(data_dir: str | Path, split: str, lang: str) -> Path:
     )
 
 
+# Bytes read per block while streaming a file; lines are decoded a block at a time.
+_BLOCK_BYTES = 1 << 24
+
+
+def _open_binary(path: Path) -> BinaryIO:
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
+
+
+def _every_line_ends_crlf(path: Path) -> bool:
+    """Whether every line of ``path`` (the last one too, terminated or not) ends with ``\\r\\n``/``\\r``.
+
+    Stops at the first ``\\n`` without a ``\\r`` before it, i.e. within the first block of a
+    Unix file; a Windows file is scanned to its end.
+    """
+    prev_last = b""
+    last = b""
+    seen = False
+    with _open_binary(path) as f:
+        while block := f.read(_BLOCK_BYTES):
+            seen = True
+            joined = prev_last + block
+            if joined.count(b"\n") != joined.count(b"\r\n"):
+                return False
+            prev_last = last = block[-1:]
+    return seen and last in (b"\n", b"\r")
+
+
+def _decode(raw: bytes, path: Path, first_line: int) -> str:
+    """UTF-8 text of ``raw`` (whole lines starting at 1-based line ``first_line``), or a CorpusError."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line_no = first_line + raw.count(b"\n", 0, err.start)
+        line_start = raw.rfind(b"\n", 0, err.start) + 1
+        bad = raw[err.start : err.end]
+        raise CorpusError(
+            f"{path}: invalid UTF-8 at line {line_no}, byte {err.start - line_start} of the line "
+            f"({bad!r}: {err.reason})"
+        ) from None
+
+
+def iter_line_blocks(path: str | Path) -> Iterator[list[str]]:
+    """Stream a text file (optionally gzip-compressed) as lists of consecutive lines.
+
+    The rules of :func:`read_lines`, in bounded memory: one block of about 16 MB is held at a
+    time, however large the file.
+
+    Args:
+        path: a plain or ``.gz`` UTF-8 text file.
+
+    Yields:
+        Lists of lines without their ``\\n``, in file order; together they are the file's lines.
+
+    Raises:
+        CorpusError: the file is not valid UTF-8 (the message names the file, the 1-based line
+            and the offending bytes), or a compressed file is corrupt or cut short (the message
+            names the file and the last line read whole).
+    """
+    path = Path(path)
+    strip_cr = _every_line_ends_crlf(path)
+    done = 0  # lines yielded so far
+    rest = b""
+    try:
+        with _open_binary(path) as f:
+            first = True
+            while block := f.read(_BLOCK_BYTES):
+                if first and block.startswith(b"\xef\xbb\xbf"):
+                    block = block[3:]
+                first = False
+                block = rest + block
+                cut = block.rfind(b"\n")
+                if cut < 0:
+                    rest = block
+                    continue
+                rest = block[cut + 1 :]
+                lines = _decode(block[:cut], path, done + 1).split("\n")
+                if strip_cr:
+                    lines = [line[:-1] for line in lines]
+                done += len(lines)
+                yield lines
+    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
+        raise CorpusError(f"{path}: corrupt or truncated gzip data after line {done}: {err}") from None
+    if rest:
+        line = _decode(rest, path, done + 1)
+        yield [line[:-1] if strip_cr else line]
+
+
 def read_lines(path: str | Path) -> list[str]:
     """Read a text file (optionally gzip-compressed) as a list of lines, split on ``\\n`` only.
 
@@ -221,33 +316,39 @@ def read_lines(path: str | Path) -> list[str]:
         The lines without their ``\\n``. A final ``\\n`` does not start an extra empty line.
 
     Raises:
-        CorpusError: the file is not valid UTF-8; the message names the file, the 1-based line
-            and the offending bytes.
+        CorpusError: see :func:`iter_line_blocks`.
     """
-    path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
-        raw = f.read()
-    if raw.startswith(b"\xef\xbb\xbf"):
-        raw = raw[3:]
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line_no = raw.count(b"\n", 0, err.start) + 1
-        line_start = raw.rfind(b"\n", 0, err.start) + 1
-        bad = raw[err.start : err.end]
-        raise CorpusError(
-            f"{path}: invalid UTF-8 at line {line_no}, byte {err.start - line_start} of the line "
-            f"({bad!r}: {err.reason})"
-        ) from None
-    if not text:
-        return []
-    lines = text.split("\n")
-    if text.endswith("\n"):
-        lines.pop()
-    if lines and all(line.endswith("\r") for line in lines):
-        lines = [line[:-1] for line in lines]
-    return lines
+    return [line for block in iter_line_blocks(path) for line in block]
+
+
+def iter_parallel_blocks(src_path: Path, tgt_path: Path) -> Iterator[tuple[list[str], list[str]]]:
+    """Stream two line-aligned files as aligned blocks of ``(source lines, target lines)``.
+
+    Raises:
+        CorpusError: the line counts differ (the message names both files and both counts,
+            counted to the end of both files), or a file is unreadable (see
+            :func:`iter_line_blocks`).
+    """
+    src_blocks, tgt_blocks = iter_line_blocks(src_path), iter_line_blocks(tgt_path)
+    src_buf: list[str] = []
+    tgt_buf: list[str] = []
+    src_n = tgt_n = 0  # lines read so far from each file
+    while True:
+        if not src_buf:
+            src_buf = next(src_blocks, None) or []
+            src_n += len(src_buf)
+        if not tgt_buf:
+            tgt_buf = next(tgt_blocks, None) or []
+            tgt_n += len(tgt_buf)
+        if not src_buf or not tgt_buf:
+            break
+        n = min(len(src_buf), len(tgt_buf))
+        yield src_buf[:n], tgt_buf[:n]
+        src_buf, tgt_buf = src_buf[n:], tgt_buf[n:]
+    if src_buf or tgt_buf:
+        src_n += sum(len(b) for b in src_blocks)
+        tgt_n += sum(len(b) for b in tgt_blocks)
+        raise CorpusError(f"line counts differ: {src_path} has {src_n} lines, {tgt_path} has {tgt_n} lines")
 
 
 def read_parallel_files(src_path: Path, tgt_path: Path) -> tuple[list[str], list[str]]:
@@ -256,16 +357,27 @@ def read_parallel_files(src_path: Path, tgt_path: Path) -> tuple[list[str], list
     Raises:
         CorpusError: the line counts differ; the message names both files and both counts.
     """
-    src, tgt = read_lines(src_path), read_lines(tgt_path)
-    if len(src) != len(tgt):
-        raise CorpusError(
-            f"line counts differ: {src_path} has {len(src)} lines, {tgt_path} has {len(tgt)} lines"
-        )
+    src: list[str] = []
+    tgt: list[str] = []
+    for s, t in iter_parallel_blocks(src_path, tgt_path):
+        src += s
+        tgt += t
     return src, tgt
 
 
 def _split_names(train_split: str, valid_split: str, test_split: str) -> dict[str, str]:
     return {"train": train_split, "validation": valid_split, "test": test_split}
+
+
+# Bump when reading or filtering rules change, so old corpus cache entries are not reused.
+_CORPUS_CACHE_VERSION = "1"
+# Rows per block when a hub split is streamed into the corpus cache.
+_HUB_BLOCK_ROWS = 50_000
+
+
+def _local_blocks(src_path: Path, tgt_path: Path) -> Iterator[tuple[None, list[str], list[str]]]:
+    for src, tgt in iter_parallel_blocks(src_path, tgt_path):
+        yield None, src, tgt
 
 
 def load_local_corpus(
@@ -276,7 +388,10 @@ def load_local_corpus(
     valid_split: str = "val",
     test_split: str = "test_2016_flickr",
 ) -> datasets.DatasetDict:
-    """Load ``{split}.{lang}[.gz]`` files into splits ``train`` / ``validation`` / ``test``.
+    """Load ``{split}.{lang}[.gz]`` files into in-memory splits ``train`` / ``validation`` / ``test``.
+
+    For corpora that fit in memory (tests, a quick look); :func:`prepare_corpus` with a cache
+    directory streams any size into memory-mapped files.
 
     Args:
         data_dir: directory with the files.
@@ -290,25 +405,65 @@ def load_local_corpus(
         Unfiltered splits with columns ``id``, ``src``, ``tgt``.
     """
     out = {}
-    for name, prefix in _split_names(train_split, valid_split, test_split).items():
-        src_path = find_split_file(data_dir, prefix, src_lang)
-        tgt_path = find_split_file(data_dir, prefix, tgt_lang)
-        src, tgt = read_parallel_files(src_path, tgt_path)
-        out[name] = datasets.Dataset.from_dict(
-            {"id": list(range(len(src))), "src": src, "tgt": tgt}, features=_features()
-        )
-        logger.info("read %d %s pairs from %s and %s", len(src), name, src_path, tgt_path)
+    for name, (src_path, tgt_path) in _local_files(
+        data_dir, src_lang, tgt_lang, train_split, valid_split, test_split
+    ).items():
+        out[name], _ = write_pairs(_local_blocks(src_path, tgt_path), None, drop_blank=False)
+        logger.info("read %d %s pairs from %s and %s", len(out[name]), name, src_path, tgt_path)
     return datasets.DatasetDict(out)
 
 
-def _features() -> datasets.Features:
-    return datasets.Features(
-        {"id": datasets.Value("int64"), "src": datasets.Value("string"), "tgt": datasets.Value("string")}
+def _local_files(
+    data_dir: str | Path, src_lang: str, tgt_lang: str, *splits: str
+) -> dict[str, tuple[Path, Path]]:
+    """The source and target file of every split, all located before any is read."""
+    return {
+        name: (find_split_file(data_dir, prefix, src_lang), find_split_file(data_dir, prefix, tgt_lang))
+        for name, prefix in _split_names(*splits).items()
+    }
+
+
+def _pair_picker(
+    dataset: datasets.Dataset, src_lang: str, tgt_lang: str
+) -> Callable[[dict], tuple[list, list]]:
+    """A function from a batch of ``dataset`` to ``(sources, targets)``, for either hub layout.
+
+    Raises:
+        CorpusError: neither a ``translation`` column nor both language columns, or the
+            ``translation`` column lacks a language.
+    """
+    columns = dataset.column_names
+    if "translation" in columns:
+        pair = dataset.features["translation"]
+        langs = list(pair.languages) if isinstance(pair, datasets.Translation) else list(pair)
+        if langs and (src_lang not in langs or tgt_lang not in langs):
+            raise CorpusError(
+                f"translation column has languages {langs}, not both {src_lang!r} and {tgt_lang!r}"
+            )
+        return lambda batch: (
+            [t[src_lang] for t in batch["translation"]],
+            [t[tgt_lang] for t in batch["translation"]],
+        )
+    if src_lang in columns and tgt_lang in columns:
+        return lambda batch: (batch[src_lang], batch[tgt_lang])
+    raise CorpusError(
+        f"expected a 'translation' column or columns {src_lang!r} and {tgt_lang!r}; the dataset has {columns}"
     )
 
 
+def _hub_blocks(
+    dataset: datasets.Dataset, src_lang: str, tgt_lang: str
+) -> Iterator[tuple[np.ndarray, list[str], list[str]]]:
+    pick = _pair_picker(dataset, src_lang, tgt_lang)
+    start = 0
+    for batch in dataset.iter(batch_size=_HUB_BLOCK_ROWS):
+        src, tgt = pick(batch)
+        yield np.arange(start, start + len(src), dtype=np.int64), list(src), list(tgt)
+        start += len(src)
+
+
 def normalize_columns(dataset: datasets.Dataset, src_lang: str, tgt_lang: str) -> datasets.Dataset:
-    """Bring a hub split to columns ``id``, ``src``, ``tgt``.
+    """Bring a hub split to columns ``id``, ``src``, ``tgt`` (in memory; see :func:`prepare_corpus`).
 
     Args:
         dataset: a split with either a ``translation`` column of ``{lang: text}`` dicts or one
@@ -319,34 +474,31 @@ def normalize_columns(dataset: datasets.Dataset, src_lang: str, tgt_lang: str) -
     Raises:
         CorpusError: neither layout is present, or a language is missing.
     """
-    columns = dataset.column_names
-    if "translation" in columns:
-        pair = dataset.features["translation"]
-        langs = list(pair.languages) if isinstance(pair, datasets.Translation) else list(pair)
-        if langs and (src_lang not in langs or tgt_lang not in langs):
+    return write_pairs(_hub_blocks(dataset, src_lang, tgt_lang), None, drop_blank=False)[0]
+
+
+def _read_hub(hub_id: str, hub_config: str | None, splits: dict[str, str]) -> dict[str, datasets.Dataset]:
+    """The hub splits by our names (``datasets`` keeps them memory-mapped in its own cache).
+
+    Raises:
+        CorpusError: a split is missing; the message lists the splits that exist.
+        CorpusNotFoundError: the hub cannot be reached and the dataset is not cached, or the
+            hub has no such dataset.
+    """
+    try:
+        raw = datasets.load_dataset(hub_id, hub_config)
+    except _HUB_UNREADABLE as err:
+        raise CorpusNotFoundError(
+            f"cannot read hub dataset {hub_id}" + (f" ({hub_config})" if hub_config else "") + f": {err}"
+        ) from err
+    out = {}
+    for name, hub_split in splits.items():
+        if hub_split not in raw:
             raise CorpusError(
-                f"translation column has languages {langs}, not both {src_lang!r} and {tgt_lang!r}"
+                f"{hub_id} ({hub_config}) has no split {hub_split!r} (wanted as {name}); it has {list(raw)}"
             )
-
-        def pick(batch: dict) -> dict:
-            return {
-                "src": [t[src_lang] for t in batch["translation"]],
-                "tgt": [t[tgt_lang] for t in batch["translation"]],
-            }
-
-    elif src_lang in columns and tgt_lang in columns:
-
-        def pick(batch: dict) -> dict:
-            return {"src": batch[src_lang], "tgt": batch[tgt_lang]}
-
-    else:
-        raise CorpusError(
-            f"expected a 'translation' column or columns {src_lang!r} and {tgt_lang!r}; "
-            f"the dataset has {columns}"
-        )
-    dataset = dataset.map(pick, batched=True, remove_columns=columns, desc="select languages")
-    dataset = dataset.add_column("id", list(range(len(dataset))))
-    return dataset.select_columns(["id", "src", "tgt"]).cast(_features())
+        out[name] = raw[hub_split]
+    return out
 
 
 def load_hub_corpus(
@@ -358,7 +510,7 @@ def load_hub_corpus(
     valid_split: str = "validation",
     test_split: str = "test",
 ) -> datasets.DatasetDict:
-    """Load a parallel corpus from the Hugging Face hub (needs the network or a warm hub cache).
+    """Load a parallel corpus from the Hugging Face hub into memory (see :func:`prepare_corpus`).
 
     Args:
         hub_id: dataset id, e.g. ``"bentrevett/multi30k"`` or ``"wmt14"``.
@@ -377,61 +529,14 @@ def load_hub_corpus(
         CorpusNotFoundError: the hub cannot be reached and the dataset is not cached, or the
             hub has no such dataset.
     """
-    try:
-        raw = datasets.load_dataset(hub_id, hub_config)
-    except _HUB_UNREADABLE as err:
-        raise CorpusNotFoundError(
-            f"cannot read hub dataset {hub_id}" + (f" ({hub_config})" if hub_config else "") + f": {err}"
-        ) from err
-    out = {}
-    for name, hub_split in _split_names(train_split, valid_split, test_split).items():
-        if hub_split not in raw:
-            raise CorpusError(
-                f"{hub_id} ({hub_config}) has no split {hub_split!r} (wanted as {name}); it has {list(raw)}"
-            )
-        out[name] = normalize_columns(raw[hub_split], src_lang, tgt_lang)
-    return datasets.DatasetDict(out)
-
-
-def _iter_columns(dataset: datasets.Dataset, batch_size: int = 10_000) -> Iterator[tuple[str, str]]:
-    for batch in dataset.iter(batch_size=batch_size):
-        yield from zip(batch["src"], batch["tgt"], strict=True)
-
-
-def drop_blank_pairs(dataset: datasets.Dataset, split: str = "train") -> datasets.Dataset:
-    """Drop pairs with an empty or whitespace-only side, logging the counts.
-
-    Args:
-        dataset: columns ``src``, ``tgt``.
-        split: name used in the log line.
-
-    Returns:
-        The kept rows (``id`` unchanged).
-    """
-    keep: list[int] = []
-    empty = blank = 0
-    for i, (src, tgt) in enumerate(_iter_columns(dataset)):
-        if not src or not tgt:
-            empty += 1
-        elif not src.strip() or not tgt.strip():
-            blank += 1
-        else:
-            keep.append(i)
-    logger.info(
-        "%s: kept %d of %d pairs; dropped %d with an empty side, %d with a whitespace-only side",
-        split,
-        len(keep),
-        len(dataset),
-        empty,
-        blank,
-    )
-    return dataset if len(keep) == len(dataset) else dataset.select(keep)
+    raw = _read_hub(hub_id, hub_config, _split_names(train_split, valid_split, test_split))
+    return datasets.DatasetDict({name: normalize_columns(ds, src_lang, tgt_lang) for name, ds in raw.items()})
 
 
 def drop_long_pairs(
     dataset: datasets.Dataset,
-    src_lengths: Sequence[int],
-    tgt_lengths: Sequence[int],
+    src_lengths: Sequence[int] | np.ndarray,
+    tgt_lengths: Sequence[int] | np.ndarray,
     max_len: int,
     split: str = "train",
 ) -> datasets.Dataset:
@@ -447,7 +552,7 @@ def drop_long_pairs(
     Returns:
         The kept rows (``id`` unchanged).
     """
-    keep = [i for i, (s, t) in enumerate(zip(src_lengths, tgt_lengths, strict=True)) if max(s, t) <= max_len]
+    keep = np.flatnonzero(np.maximum(np.asarray(src_lengths), np.asarray(tgt_lengths)) <= max_len)
     logger.info(
         "%s: kept %d of %d pairs; dropped %d longer than %d tokens",
         split,
@@ -459,7 +564,41 @@ def drop_long_pairs(
     return dataset if len(keep) == len(dataset) else dataset.select(keep)
 
 
-def load_parallel_corpus(
+@dataclass
+class PreparedCorpus:
+    """A corpus in Arrow, with what downstream caches key on and what preparing it took.
+
+    Attributes:
+        splits: ``train`` (blank pairs dropped) / ``validation`` / ``test``, columns ``id``,
+            ``src``, ``tgt``; memory-mapped from the cache where one is used.
+        digests: per split, a sha256 of its columns: equal digests, equal content.
+        seconds: wall time of this call's ``read`` and ``filter`` stages (zero when reused).
+        reused: the splits came from a complete cache entry; nothing was read.
+    """
+
+    splits: datasets.DatasetDict
+    digests: dict[str, str]
+    seconds: dict[str, float]
+    reused: bool
+
+
+def _source_key(source: CorpusSource, src_lang: str, tgt_lang: str, identity: object) -> str:
+    settings = {
+        "version": _CORPUS_CACHE_VERSION,
+        "langs": [src_lang, tgt_lang],
+        "source": [str(source.data_dir), source.hub_id, source.hub_config, list(source.splits)],
+        "identity": identity,
+    }
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _file_identity(path: Path) -> list:
+    # Path, size and modification time: a changed file gets a new entry without being read.
+    st = path.stat()
+    return [str(path.resolve()), st.st_size, st.st_mtime_ns]
+
+
+def prepare_corpus(
     src_lang: str,
     tgt_lang: str,
     data_dir: str | Path | None = None,
@@ -469,12 +608,19 @@ def load_parallel_corpus(
     valid_split: str = "val",
     test_split: str = "test_2016_flickr",
     fallback_hub_id: str | None = MULTI30K_HUB_ID,
-) -> datasets.DatasetDict:
-    """Load a parallel corpus from the hub or a local directory and drop blank training pairs.
+    cache_dir: str | Path | None = None,
+) -> PreparedCorpus:
+    """Stream a parallel corpus into Arrow, drop blank training pairs, cache it; or reuse the cache.
 
-    The source is chosen by :func:`resolve_corpus_source` and named in a log line. Over-long pairs
-    are dropped later, once lengths in subwords are known (:func:`drop_long_pairs`). Validation
-    and test are never filtered: they are scored against their references line by line.
+    The source is chosen by :func:`resolve_corpus_source` and named in a log line. Files are read
+    block by block (:func:`iter_parallel_blocks`) and hub splits batch by batch, each block
+    written as it comes (:func:`data.arrow_pairs.write_pairs`), so memory stays bounded whatever
+    the corpus size. With ``cache_dir`` the splits go to ``<cache_dir>/corpus/<key>/``, ``key``
+    naming the source and each local file's path, size and modification time (a hub split's
+    ``datasets`` fingerprint); the entry is complete or absent (:mod:`data.cache`), and a second
+    call with the same files maps it without reading anything. Over-long pairs are dropped later,
+    once lengths in subwords are known (:func:`drop_long_pairs`). Validation and test are never
+    filtered: they are scored against their references line by line.
 
     Args:
         src_lang: source language, e.g. ``"de"``.
@@ -488,23 +634,31 @@ def load_parallel_corpus(
         test_split: name of the split read as ``test`` (``"test_2016_flickr"`` in Multi30k files).
         fallback_hub_id: hub dataset read, with the hub's split names train / validation / test,
             where no local directory is given or found; ``None``: no fallback.
-
-    Returns:
-        ``DatasetDict`` with ``train`` / ``validation`` / ``test``, columns ``id``, ``src``, ``tgt``.
+        cache_dir: cache root; ``None``: the splits are built in memory, uncached.
 
     Raises:
         CorpusNotFoundError: the chosen source cannot be read; when it is the fallback, the
             message names the three local options and the hub id.
+        CorpusError: misaligned, undecodable or corrupt files, or a missing hub split.
     """
     source = resolve_corpus_source(
         data_dir, hub_id, hub_config, fallback_hub_id, train_split, valid_split, test_split
     )
     logger.info("corpus: %s", source.describe())
+    names = _split_names(*source.splits)
     if source.hub_id is None:
-        corpus = load_local_corpus(source.data_dir, src_lang, tgt_lang, *source.splits)
+        files = _local_files(source.data_dir, src_lang, tgt_lang, *source.splits)
+        identity = {name: [_file_identity(p) for p in pair] for name, pair in files.items()}
+
+        def blocks(name: str) -> Iterator:
+            return _local_blocks(*files[name])
+
+        def origin(name: str) -> str:
+            return f"{files[name][0]} and {files[name][1]}"
+
     else:
         try:
-            corpus = load_hub_corpus(source.hub_id, src_lang, tgt_lang, source.hub_config, *source.splits)
+            hub = _read_hub(source.hub_id, source.hub_config, names)
         except CorpusNotFoundError as err:
             if source.chosen_by != "fallback":
                 raise
@@ -517,5 +671,79 @@ def load_parallel_corpus(
                     tgt_lang,
                 )
             ) from err
-    corpus["train"] = drop_blank_pairs(corpus["train"], "train")
-    return corpus
+        for ds in hub.values():
+            _pair_picker(ds, src_lang, tgt_lang)  # a layout error before anything is written
+        identity = {name: ds._fingerprint for name, ds in hub.items()}
+
+        def blocks(name: str) -> Iterator:
+            return _hub_blocks(hub[name], src_lang, tgt_lang)
+
+        def origin(name: str) -> str:
+            return f"{source.hub_id} split {names[name]}"
+
+    def build(directory: Path | None) -> PreparedCorpus:
+        splits, digests, seconds = {}, {}, {"read": 0.0, "filter": 0.0}
+        for name in SPLITS:
+            path = None if directory is None else directory / f"{name}.arrow"
+            splits[name], stats = write_pairs(blocks(name), path, drop_blank=name == "train")
+            digests[name] = stats.digest
+            for stage, value in stats.seconds.items():
+                seconds[stage] += value
+            logger.info("read %d %s pairs from %s", stats.rows, name, origin(name))
+            if name == "train":
+                logger.info(
+                    "%s: kept %d of %d pairs; dropped %d with an empty side, %d with a whitespace-only side",
+                    name,
+                    stats.kept,
+                    stats.rows,
+                    stats.empty,
+                    stats.blank,
+                )
+        if directory is not None:
+            meta = {"digests": digests, "sizes": {k: len(v) for k, v in splits.items()}}
+            (directory / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+        return PreparedCorpus(datasets.DatasetDict(splits), digests, seconds, reused=False)
+
+    if cache_dir is None:
+        return build(None)
+    entry = Path(cache_dir) / "corpus" / _source_key(source, src_lang, tgt_lang, identity)
+    built = build_once(entry, lambda staged: build(staged))
+    meta = json.loads((entry / "meta.json").read_text())
+    splits = datasets.DatasetDict(
+        {name: datasets.Dataset.from_file(str(entry / f"{name}.arrow")) for name in SPLITS}
+    )
+    if built is None:
+        logger.info("reusing corpus %s (%s)", entry, ", ".join(f"{k} {v}" for k, v in meta["sizes"].items()))
+        return PreparedCorpus(splits, meta["digests"], {"read": 0.0, "filter": 0.0}, reused=True)
+    return PreparedCorpus(splits, meta["digests"], built.seconds, reused=False)
+
+
+def load_parallel_corpus(
+    src_lang: str,
+    tgt_lang: str,
+    data_dir: str | Path | None = None,
+    hub_id: str | None = None,
+    hub_config: str | None = None,
+    train_split: str = "train",
+    valid_split: str = "val",
+    test_split: str = "test_2016_flickr",
+    fallback_hub_id: str | None = MULTI30K_HUB_ID,
+    cache_dir: str | Path | None = None,
+) -> datasets.DatasetDict:
+    """The splits of :func:`prepare_corpus` (same arguments): blank training pairs dropped.
+
+    Returns:
+        ``DatasetDict`` with ``train`` / ``validation`` / ``test``, columns ``id``, ``src``, ``tgt``.
+    """
+    return prepare_corpus(
+        src_lang,
+        tgt_lang,
+        data_dir,
+        hub_id,
+        hub_config,
+        train_split,
+        valid_split,
+        test_split,
+        fallback_hub_id,
+        cache_dir,
+    ).splits

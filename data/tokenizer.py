@@ -12,6 +12,7 @@ the exact vocabulary it was trained with.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -22,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import sentencepiece as spm
 
 if TYPE_CHECKING:  # imported lazily: translate.py uses this module and should start fast
@@ -213,19 +215,29 @@ def train_or_load_sentencepiece(
     character_coverage: float = 1.0,
     input_sentence_size: int = 2_000_000,
     num_threads: int = 1,
+    content_key: str | None = None,
 ) -> SubwordTokenizer:
     """Reuse the cached model for this training text and these settings, or train and cache one.
 
+    One process at a time trains a given model (:func:`data.cache.exclusive`); others wait and
+    load it. The model file appears complete or not at all.
+
     Args:
         texts: one or more collections of sentences, each iterated twice (hash, then training);
-            lists or ``datasets`` columns. Their concatenation is the training text.
+            lists or ``datasets`` columns. Their concatenation is the training text. With
+            ``content_key``, lists, or Arrow string arrays of which at most
+            ``input_sentence_size`` sentences are sampled (:func:`sample_sentences`) and read.
         cache_dir: cache root; models live in ``<cache_dir>/spm/<key>.model``.
         vocab_size: see :func:`train_sentencepiece`.
         model_type: see :func:`train_sentencepiece`.
         character_coverage: see :func:`train_sentencepiece`.
         input_sentence_size: see :func:`train_sentencepiece`.
         num_threads: trainer and encoder threads (not part of the key).
+        content_key: identifies the training text (e.g. the corpus digest and side), so the
+            texts need not be hashed; ``None``: the texts are hashed.
     """
+    from data.cache import exclusive  # lazy: translate.py imports this module
+
     settings = {
         "version": _CACHE_VERSION,
         "vocab_size": vocab_size,
@@ -235,23 +247,71 @@ def train_or_load_sentencepiece(
         "special_ids": [PAD_ID, UNK_ID, BOS_ID, EOS_ID],
     }
     h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    n = sum(_hash_texts(h, part) for part in texts)
+    if content_key is None:
+        n = sum(_hash_texts(h, part) for part in texts)
+    else:
+        h.update(content_key.encode())
+        n = sum(len(part) for part in texts)
     path = Path(cache_dir) / "spm" / f"{h.hexdigest()[:32]}.model"
-    if path.is_file():
-        logger.info("reusing SentencePiece model %s", path)
-        return SubwordTokenizer.load(path, num_threads=num_threads)
-    logger.info("training SentencePiece (%s, %d) on %d sentences", model_type, vocab_size, n)
-    tokenizer = train_sentencepiece(
-        (t for part in texts for t in part),
-        vocab_size,
-        model_type,
-        character_coverage,
-        input_sentence_size,
-        num_threads,
-    )
-    tokenizer.save(path)
-    logger.info("saved SentencePiece model %s", path)
-    return tokenizer
+    if not path.is_file():
+        with exclusive(path.parent / f".{path.name}.lock"):
+            if not path.is_file():
+                sample = sample_sentences(texts, input_sentence_size) if content_key else texts
+                logger.info(
+                    "training SentencePiece (%s, %d) on %d of %d sentences",
+                    model_type,
+                    vocab_size,
+                    sum(len(part) for part in sample) if content_key else n,
+                    n,
+                )
+                tokenizer = train_sentencepiece(
+                    (t for part in sample for t in part),
+                    vocab_size,
+                    model_type,
+                    character_coverage,
+                    input_sentence_size,
+                    num_threads,
+                )
+                tokenizer.save(path)
+                logger.info("saved SentencePiece model %s", path)
+                return tokenizer
+    logger.info("reusing SentencePiece model %s", path)
+    return SubwordTokenizer.load(path, num_threads=num_threads)
+
+
+def sample_sentences(parts: Sequence[Sequence[str]], size: int, seed: int = 0) -> list[list[str]]:
+    """At most ``size`` sentences of ``parts`` as Python lists: all of them in order where there
+    are no more, else a uniform sample without replacement, kept in corpus order.
+
+    Only the sampled sentences are turned into Python strings, so a corpus of tens of millions of
+    sentences in Arrow costs one sample's memory.
+
+    Args:
+        parts: lists, or Arrow string arrays (``pyarrow.ChunkedArray``, e.g. a memory-mapped
+            ``datasets`` column); their concatenation is the text sampled from.
+        size: the most sentences returned (SentencePiece's ``input_sentence_size``).
+        seed: seed of the sample, so that the same text gives the same sample.
+
+    Returns:
+        One list per part.
+    """
+    total = sum(len(part) for part in parts)
+    chosen = None
+    if total > size:
+        chosen = np.sort(np.random.default_rng(seed).choice(total, size=size, replace=False))
+    out, offset = [], 0
+    for part in parts:
+        if chosen is None:
+            picks = None
+        else:
+            lo, hi = np.searchsorted(chosen, [offset, offset + len(part)])
+            picks = chosen[lo:hi] - offset
+        if hasattr(part, "to_pylist"):  # Arrow
+            out.append((part if picks is None else part.take(picks)).to_pylist())
+        else:
+            out.append(list(part) if picks is None else [part[i] for i in picks.tolist()])
+        offset += len(part)
+    return out
 
 
 def train_or_load_tokenizers(
@@ -265,6 +325,7 @@ def train_or_load_tokenizers(
     character_coverage: float = 1.0,
     input_sentence_size: int = 2_000_000,
     num_threads: int = 1,
+    content_key: str | None = None,
 ) -> tuple[SubwordTokenizer, SubwordTokenizer]:
     """The source and target tokenizers for a training split, copied into the run directory.
 
@@ -280,6 +341,9 @@ def train_or_load_tokenizers(
         character_coverage: see :func:`train_sentencepiece`.
         input_sentence_size: see :func:`train_sentencepiece`.
         num_threads: trainer and encoder threads.
+        content_key: identifies the training split (its corpus digest), so that the texts need
+            not be hashed and, where larger than ``input_sentence_size``, only a sample is read
+            (see :func:`train_or_load_sentencepiece`); ``None``: the texts are hashed.
 
     Returns:
         ``(src_tokenizer, tgt_tokenizer)``; the same object twice when ``joint``.
@@ -292,11 +356,17 @@ def train_or_load_tokenizers(
         "input_sentence_size": input_sentence_size,
         "num_threads": num_threads,
     }
+
+    def key(side: str) -> str | None:
+        return None if content_key is None else f"{content_key}|{side}"
+
     if joint:
-        src_tok = tgt_tok = train_or_load_sentencepiece([train_src, train_tgt], **kwargs)
+        src_tok = tgt_tok = train_or_load_sentencepiece(
+            [train_src, train_tgt], content_key=key("joint"), **kwargs
+        )
     else:
-        src_tok = train_or_load_sentencepiece([train_src], **kwargs)
-        tgt_tok = train_or_load_sentencepiece([train_tgt], **kwargs)
+        src_tok = train_or_load_sentencepiece([train_src], content_key=key("src"), **kwargs)
+        tgt_tok = train_or_load_sentencepiece([train_tgt], content_key=key("tgt"), **kwargs)
     if run_dir is not None:
         out = Path(run_dir) / "tokenizer"
         if joint:
@@ -336,11 +406,14 @@ def tokenize_split(
     tgt_tokenizer: SubwordTokenizer,
     cache_dir: str | Path | None = None,
     batch_size: int = 1000,
+    content_key: str | None = None,
 ) -> datasets.Dataset:
     """Add subword ids and lengths with ``datasets.map(batched=True)``, cached on disk.
 
     The cache file is keyed by the split's content (``id``, ``src``, ``tgt``) and both models'
-    bytes, so the same text with the same models is read back instead of re-encoded.
+    bytes, so the same text with the same models is read back instead of re-encoded. ``map``
+    writes it under a temporary name and renames it when complete, and one process at a time
+    encodes a given split (:func:`data.cache.exclusive`); the others wait and map the file.
 
     Args:
         dataset: columns ``id``, ``src``, ``tgt``.
@@ -348,6 +421,8 @@ def tokenize_split(
         tgt_tokenizer: target model.
         cache_dir: cache root (``<cache_dir>/tokenized/<key>.arrow``); ``None`` keeps it in memory.
         batch_size: rows per ``map`` call.
+        content_key: identifies the split's content (e.g. its corpus digest), so that it need
+            not be hashed; ``None``: hashed here, one pass over the text.
 
     Returns:
         Columns ``id``, ``src_ids`` (subwords + EOS), ``tgt_ids`` (subwords, no BOS/EOS),
@@ -367,15 +442,21 @@ def tokenize_split(
         }
 
     h = hashlib.sha256(f"{_CACHE_VERSION}|{src_tokenizer.fingerprint}|{tgt_tokenizer.fingerprint}".encode())
-    for batch in dataset.iter(batch_size=10_000):
-        h.update(json.dumps(batch["id"]).encode())
-        _hash_texts(h, batch["src"])
-        _hash_texts(h, batch["tgt"])
+    if content_key is not None:
+        h.update(content_key.encode())
+    else:
+        for batch in dataset.iter(batch_size=10_000):
+            h.update(json.dumps(batch["id"]).encode())
+            _hash_texts(h, batch["src"])
+            _hash_texts(h, batch["tgt"])
     key = h.hexdigest()[:32]
-    cache_file = None
+    cache_file = lock = None
     if cache_dir is not None:
+        from data.cache import exclusive
+
         (Path(cache_dir) / "tokenized").mkdir(parents=True, exist_ok=True)
         cache_file = str(Path(cache_dir) / "tokenized" / f"{key}.arrow")
+        lock = exclusive(Path(cache_dir) / "tokenized" / f".{key}.arrow.lock")
     features = datasets.Features(
         {
             "id": datasets.Value("int64"),
@@ -385,14 +466,15 @@ def tokenize_split(
             "tgt_len": datasets.Value("int32"),
         }
     )
-    return dataset.map(
-        encode,
-        batched=True,
-        batch_size=batch_size,
-        remove_columns=["src", "tgt"],
-        features=features,
-        cache_file_name=cache_file,
-        load_from_cache_file=True,
-        new_fingerprint=key,
-        desc="tokenize",
-    )
+    with lock or contextlib.nullcontext():
+        return dataset.map(
+            encode,
+            batched=True,
+            batch_size=batch_size,
+            remove_columns=["src", "tgt"],
+            features=features,
+            cache_file_name=cache_file,
+            load_from_cache_file=True,
+            new_fingerprint=key,
+            desc="tokenize",
+        )

@@ -191,3 +191,15 @@ def test_collate_layout() -> None:
     # Decoder input and target are the same sequence shifted by one.
     for row, n in enumerate(b["tgt_lengths"].tolist()):
         assert b["tgt_in"][row, 1:n].tolist() == b["tgt_out"][row, : n - 1].tolist()
+
+
+@PROPS
+@given(src=lengths, max_tokens=budget, seed=st.integers(0, 2**16))
+def test_batches_are_the_greedy_cut_of_the_sorted_order(src: list[int], max_tokens: int, seed: int) -> None:
+    src, tgt = _pairs(src, seed)
+    sampler = TokenBucketBatchSampler(src, tgt, max_tokens=max_tokens, shuffle=False)
+    batches = list(sampler)
+    width = [max(s, t) for s, t in zip(src, tgt, strict=True)]
+    for batch, following in itertools.pairwise(batches):
+        # Each batch is as long as the budget allows: the next example in order would not fit.
+        assert (len(batch) + 1) * width[following[0]] > max_tokens
