@@ -21,9 +21,13 @@ How batches are made (:class:`TokenBucketBatchSampler`):
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
+import datasets
 import numpy as np
+import pyarrow as pa
 import torch
 from torch.utils.data import Sampler
 
@@ -207,6 +211,102 @@ def padding_fraction(
     return 1.0 - real / padded if padded else 0.0
 
 
+@dataclass(frozen=True)
+class PairColumns:
+    """A batch of tokenized pairs as flat columns (what :class:`TokenizedPairs` fetches).
+
+    Attributes:
+        ids: ``[B]`` example ids.
+        src_values: the source ids of all examples, concatenated (each with its EOS).
+        src_lengths: ``[B]`` source lengths.
+        tgt_values: the target ids of all examples, concatenated (no BOS / EOS).
+        tgt_lengths: ``[B]`` target lengths (``len(tgt_ids)``, without the added BOS / EOS).
+    """
+
+    ids: np.ndarray
+    src_values: np.ndarray
+    src_lengths: np.ndarray
+    tgt_values: np.ndarray
+    tgt_lengths: np.ndarray
+
+
+def _list_column(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
+    column = table.column(name).combine_chunks()
+    return column.flatten().to_numpy(), column.value_lengths().to_numpy()
+
+
+class TokenizedPairs(torch.utils.data.Dataset):
+    """The rows of a tokenized split, fetched a whole batch at a time straight from Arrow.
+
+    ``DataLoader(batch_sampler=...)`` calls :meth:`__getitems__` with a batch's indices: one
+    ``take`` on the (memory-mapped) table and the batch's ids as flat numpy columns, no per-row
+    Python lists; :func:`collate_columns` pads them. Pickled for worker processes by file
+    reference, as ``datasets`` pickles a memory-mapped table.
+
+    Args:
+        dataset: a tokenized split (columns ``id``, ``src_ids``, ``tgt_ids``).
+        rows: positions of the rows served, e.g. those within ``max_len``; ``None``: all, in order.
+            Index ``i`` of this dataset is row ``rows[i]``.
+    """
+
+    def __init__(self, dataset: datasets.Dataset, rows: np.ndarray | None = None) -> None:
+        if dataset._indices is not None:  # .data would be the unselected table
+            raise ValueError("pass the split without select()/filter() and the kept positions as rows")
+        self.table = dataset.select_columns(["id", "src_ids", "tgt_ids"]).data
+        self.rows = None if rows is None else np.asarray(rows, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return self.table.num_rows if self.rows is None else len(self.rows)
+
+    def __getitems__(self, indices: list[int]) -> PairColumns:
+        positions = np.asarray(indices, dtype=np.int64)
+        if self.rows is not None:
+            positions = self.rows[positions]
+        batch = self.table.table.take(pa.array(positions))
+        src_values, src_lengths = _list_column(batch, "src_ids")
+        tgt_values, tgt_lengths = _list_column(batch, "tgt_ids")
+        ids = batch.column("id").to_numpy()
+        return PairColumns(ids, src_values, src_lengths, tgt_values, tgt_lengths)
+
+    def __getitem__(self, index: int) -> dict:
+        cols = self.__getitems__([index])
+        return {
+            "id": int(cols.ids[0]),
+            "src_ids": cols.src_values.tolist(),
+            "tgt_ids": cols.tgt_values.tolist(),
+        }
+
+
+def _scatter(values: np.ndarray, lengths: np.ndarray, width: int, offset: int = 0) -> np.ndarray:
+    """``[B, width]`` of PAD_ID with row ``b`` holding its ``lengths[b]`` values from column ``offset``."""
+    out = np.full((len(lengths), width), PAD_ID, dtype=np.int64)
+    cols = np.arange(width)
+    out[(cols >= offset) & (cols < lengths[:, None] + offset)] = values
+    return out
+
+
+def collate_columns(batch: PairColumns) -> dict[str, torch.Tensor]:
+    """Pad a batch of flat columns into model inputs (the layout of :func:`collate_batch`)."""
+    B = len(batch.ids)
+    src_lengths = batch.src_lengths.astype(np.int64)
+    tgt_lengths = batch.tgt_lengths.astype(np.int64) + 1  # BOS + ids, or ids + EOS
+    S = int(src_lengths.max()) if B else 0
+    T = int(tgt_lengths.max()) if B else 0
+    src = _scatter(batch.src_values, src_lengths, S)  # (B, S)
+    tgt_in = _scatter(batch.tgt_values, tgt_lengths - 1, T, offset=1)  # (B, T)
+    tgt_in[:, 0] = BOS_ID
+    tgt_out = _scatter(batch.tgt_values, tgt_lengths - 1, T)  # (B, T)
+    tgt_out[np.arange(B), tgt_lengths - 1] = EOS_ID
+    return {
+        "src": torch.from_numpy(src),
+        "src_lengths": torch.from_numpy(src_lengths),
+        "tgt_in": torch.from_numpy(tgt_in),
+        "tgt_out": torch.from_numpy(tgt_out),
+        "tgt_lengths": torch.from_numpy(tgt_lengths),
+        "ids": torch.from_numpy(batch.ids.astype(np.int64)),
+    }
+
+
 def collate_batch(examples: list[dict]) -> dict[str, torch.Tensor]:
     """Pad tokenized examples into model inputs.
 
@@ -218,28 +318,13 @@ def collate_batch(examples: list[dict]) -> dict[str, torch.Tensor]:
         ``tgt_in`` [B, T] = BOS + tgt_ids; ``tgt_out`` [B, T] = tgt_ids + EOS, both right-padded;
         ``tgt_lengths`` [B] = ``len(tgt_ids) + 1``; ``ids`` [B] example ids. All LongTensors.
     """
-    B = len(examples)
-    src_lengths = torch.tensor([len(ex["src_ids"]) for ex in examples], dtype=torch.long)
-    tgt_lengths = torch.tensor([len(ex["tgt_ids"]) + 1 for ex in examples], dtype=torch.long)
-    S = int(src_lengths.max()) if B else 0
-    T = int(tgt_lengths.max()) if B else 0
-    src = torch.full((B, S), PAD_ID, dtype=torch.long)  # (B, S)
-    tgt_in = torch.full((B, T), PAD_ID, dtype=torch.long)  # (B, T)
-    tgt_out = torch.full((B, T), PAD_ID, dtype=torch.long)  # (B, T)
-    for b, ex in enumerate(examples):
-        s = torch.as_tensor(ex["src_ids"], dtype=torch.long)
-        t = torch.as_tensor(ex["tgt_ids"], dtype=torch.long)
-        src[b, : len(s)] = s
-        tgt_in[b, 0] = BOS_ID
-        tgt_in[b, 1 : len(t) + 1] = t
-        tgt_out[b, : len(t)] = t
-        tgt_out[b, len(t)] = EOS_ID
-    ids = torch.tensor([int(ex["id"]) for ex in examples], dtype=torch.long)
-    return {
-        "src": src,
-        "src_lengths": src_lengths,
-        "tgt_in": tgt_in,
-        "tgt_out": tgt_out,
-        "tgt_lengths": tgt_lengths,
-        "ids": ids,
-    }
+
+    def flat(key: str) -> tuple[np.ndarray, np.ndarray]:
+        rows = [ex[key] for ex in examples]
+        lengths = np.array([len(r) for r in rows], dtype=np.int64)
+        return np.fromiter(
+            itertools.chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum())
+        ), lengths
+
+    ids = np.array([int(ex["id"]) for ex in examples], dtype=np.int64)
+    return collate_columns(PairColumns(ids, *flat("src_ids"), *flat("tgt_ids")))

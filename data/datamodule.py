@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from data.batching import TokenBucketBatchSampler, collate_batch, padding_fraction
+from data.batching import TokenBucketBatchSampler, TokenizedPairs, collate_columns, padding_fraction
 from data.corpus import MULTI30K_HUB_ID, SPLITS, drop_long_pairs, prepare_corpus
 from data.tokenizer import (
     SubwordTokenizer,
@@ -60,7 +60,7 @@ class _ResumableLoader(DataLoader):
 class TranslationDataModule(L.LightningDataModule):
     """Loads a parallel corpus, trains or reuses SentencePiece, and serves padded batches.
 
-    Batches are dicts from :func:`data.batching.collate_batch`: ``src`` [B, S], ``src_lengths``
+    Batches are dicts from :func:`data.batching.collate_columns`: ``src`` [B, S], ``src_lengths``
     [B], ``tgt_in`` [B, T], ``tgt_out`` [B, T], ``tgt_lengths`` [B], ``ids`` [B].
 
     Args:
@@ -154,6 +154,7 @@ class TranslationDataModule(L.LightningDataModule):
         self.tgt_tokenizer: SubwordTokenizer | None = None
         self.lengths: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # split: (src_len, tgt_len)
         self.stage_seconds: dict[str, float] = {}  # read, filter, sentencepiece, tokenize (this load)
+        self._served: dict[str, TokenizedPairs] = {}  # what the loaders fetch batches from
         self._train_sampler: TokenBucketBatchSampler | None = None
         self._pending_train_state: dict | None = None
 
@@ -201,7 +202,9 @@ class TranslationDataModule(L.LightningDataModule):
             lengths[split] = (_column(ds, "src_len"), _column(ds, "tgt_len"))
         seconds["tokenize"] = time.perf_counter() - tick
         src_len, tgt_len = lengths["train"]
-        keep = np.maximum(src_len, tgt_len) <= self.max_len
+        keep = np.flatnonzero(np.maximum(src_len, tgt_len) <= self.max_len)
+        self._served = {split: TokenizedPairs(tokenized[split]) for split in ("validation", "test")}
+        self._served["train"] = TokenizedPairs(tokenized["train"], keep)
         tokenized["train"] = drop_long_pairs(tokenized["train"], src_len, tgt_len, self.max_len, "train")
         lengths["train"] = (src_len[keep], tgt_len[keep])
         for split in ("validation", "test"):
@@ -310,7 +313,7 @@ class TranslationDataModule(L.LightningDataModule):
     def _loader(self, split: str, sampler: TokenBucketBatchSampler) -> DataLoader:
         kwargs = {
             "batch_sampler": sampler,
-            "collate_fn": collate_batch,
+            "collate_fn": collate_columns,
             "num_workers": self.num_workers,
             "persistent_workers": self.num_workers > 0,
             "pin_memory": self._pin_memory(),
@@ -319,7 +322,7 @@ class TranslationDataModule(L.LightningDataModule):
             # built before, e.g. by a sanity check; exact resumption needs that independence.
             "generator": torch.Generator().manual_seed(self.seed),
         }
-        dataset = self.tokenized[split].select_columns(["id", "src_ids", "tgt_ids"])
+        dataset = self._served[split]
         if split == "train":
             return _ResumableLoader(dataset, datamodule=self, **kwargs)
         return DataLoader(dataset, **kwargs)
