@@ -221,6 +221,8 @@ def find_split_file(data_dir: str | Path, split: str, lang: str) -> Path:
 
 # Bytes read per block while streaming a file; lines are decoded a block at a time.
 _BLOCK_BYTES = 1 << 24
+# The UTF-8 byte order mark, removed from the start of a file.
+_BOM = b"\xef\xbb\xbf"
 
 
 def _open_binary(path: Path) -> BinaryIO:
@@ -239,8 +241,7 @@ def _every_line_ends_crlf(path: Path) -> bool:
     with _open_binary(path) as f:
         while block := f.read(_BLOCK_BYTES):
             seen = True
-            joined = prev_last + block
-            if joined.count(b"\n") != joined.count(b"\r\n"):
+            if block.count(b"\n") != (prev_last + block).count(b"\r\n"):
                 return False
             prev_last = last = block[-1:]
     return seen and last in (b"\n", b"\r")
@@ -283,12 +284,16 @@ def iter_line_blocks(path: str | Path) -> Iterator[list[str]]:
     rest = b""
     try:
         with _open_binary(path) as f:
-            first = True
+            bom_checked = False
             while block := f.read(_BLOCK_BYTES):
-                if first and block.startswith(b"\xef\xbb\xbf"):
-                    block = block[3:]
-                first = False
                 block = rest + block
+                if not bom_checked:
+                    if len(block) < 3 and _BOM.startswith(block):
+                        rest = block  # too short to tell yet
+                        continue
+                    bom_checked = True
+                    if block.startswith(_BOM):
+                        block = block[3:]
                 cut = block.rfind(b"\n")
                 if cut < 0:
                     rest = block

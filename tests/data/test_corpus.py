@@ -329,3 +329,72 @@ def test_unreachable_explicit_hub_id_names_the_dataset(monkeypatch: pytest.Monke
     _no_hub(monkeypatch, ConnectionError("Couldn't reach 'wmt14' on the Hub (ConnectError)"))
     with pytest.raises(CorpusNotFoundError, match=r"cannot read hub dataset wmt14 \(de-en\): Couldn't reach"):
         load_parallel_corpus("de", "en", hub_id="wmt14", hub_config="de-en")
+
+
+# ------------------------------------------------------------------ streaming in blocks
+
+TRICKY = [
+    b"",
+    b"\n",
+    b"eins\r\nzwei\r\n\r\n",  # a Windows file: \r removed
+    b"eins\r\nzwei\n",  # not wholly \r\n: kept
+    b"a\r\nb\r",  # unterminated last line ending in \r: a Windows file too
+    b"\xef\xbb\xbfmit bom\nzweite\n",
+    b"\xef\xbb\xbf",
+    "vor\u2028nach\x85x\x0cy\r\rz\nende".encode(),
+    "ä\nöü\r\n".encode() * 7,
+]
+
+
+@pytest.mark.parametrize("raw", TRICKY)
+@pytest.mark.parametrize("block", [1, 2, 3, 5, 1 << 24])
+def test_any_block_size_reads_the_same_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raw: bytes, block: int
+) -> None:
+    path = _write(tmp_path / "f.txt.gz", raw)
+    expected = read_lines(path)  # the whole file in one block
+    monkeypatch.setattr(corpus_mod, "_BLOCK_BYTES", block)
+    blocks = list(corpus_mod.iter_line_blocks(path))
+    assert [line for b in blocks for line in b] == expected
+    assert all(blocks)  # no empty blocks
+
+
+def test_errors_at_scale_name_file_line_and_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(corpus_mod, "_BLOCK_BYTES", 64)  # many blocks, as in a large file
+    lines = [f"zeile {i}" for i in range(200)]
+    # Undecodable bytes deep into the file: the line is counted across blocks.
+    bad = "".join(s + "\n" for s in lines[:150]).encode() + b"kaputt \xff\n" + b"ok\n"
+    path = _write(tmp_path / "bad.de.gz", bad)
+    with pytest.raises(CorpusError, match=r"bad\.de\.gz: invalid UTF-8 at line 151, byte 7"):
+        read_lines(path)
+    # Mismatched counts: both files counted to their ends although reading stops at the first.
+    src = _write(tmp_path / "a.de", "".join(s + "\n" for s in lines))
+    tgt = _write(tmp_path / "a.en.gz", "".join(s + "\n" for s in lines[:37]))
+    with pytest.raises(CorpusError) as err:
+        list(corpus_mod.iter_parallel_blocks(src, tgt))
+    assert f"{src} has 200 lines, {tgt} has 37 lines" in str(err.value)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped"])
+def test_corrupt_gzip_names_file_and_line_reached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    monkeypatch.setattr(corpus_mod, "_BLOCK_BYTES", 256)
+    text = "".join(f"{i} {' '.join(str(j * i) for j in range(30))}\n" for i in range(400))
+    payload = bytearray(gzip.compress(text.encode(), mtime=0))
+    if damage == "truncated":
+        payload = payload[: len(payload) * 2 // 3]
+    else:
+        payload[len(payload) * 2 // 3] ^= 0xFF
+    path = tmp_path / "train.de.gz"
+    path.write_bytes(bytes(payload))
+    read = []
+    with pytest.raises(CorpusError, match=r"train\.de\.gz: corrupt or truncated gzip data after line") as err:
+        for block in corpus_mod.iter_line_blocks(path):
+            read += block
+    assert len(read) > 0  # it failed part-way, after some blocks
+    assert f"after line {len(read)}:" in str(err.value)  # the last line read whole
+    if damage == "truncated":
+        assert read == text.split("\n")[: len(read)]
+    # A flipped byte decompresses to garbage until gzip's checksum at the end says so: what was
+    # read is thrown away with the half-written cache entry (tests/data/test_interrupted.py).
