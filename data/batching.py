@@ -85,11 +85,19 @@ class TokenBucketBatchSampler(Sampler[list[int]]):
         return self
 
     def _sorted_order(self, rng: np.random.Generator | None) -> np.ndarray:
-        # lexsort: last key is primary. The random key only breaks ties of equal lengths.
+        # Sorted by (longest, src, tgt), ties by a random key: as np.lexsort((tie, tgt, src, longest)),
+        # but one stable argsort of a single int64 key over the examples taken in tie order
+        # (several times faster on millions of examples).
         n = len(self.src_lengths)
-        tie = rng.permutation(n) if rng is not None else np.arange(n)
-        longest = np.maximum(self.src_lengths, self.tgt_lengths)
-        return np.lexsort((tie, self.tgt_lengths, self.src_lengths, longest))
+        src, tgt = self.src_lengths, self.tgt_lengths
+        span = int(max(src.max(initial=0), tgt.max(initial=0))) + 1
+        key = (np.maximum(src, tgt) * span + src) * span + tgt  # < 2**63 for lengths < 2**21
+        if rng is None:
+            return np.argsort(key, kind="stable")
+        tie = rng.permutation(n)
+        by_tie = np.empty(n, dtype=np.int64)
+        by_tie[tie] = np.arange(n)  # the examples in increasing order of their tie key
+        return by_tie[np.argsort(key[by_tie], kind="stable")]
 
     def _plan_segments(self) -> tuple[list[tuple[int, int]], int]:
         """Batch boundaries ``[start, end)`` in sorted order, and how many batches to repeat."""
@@ -238,9 +246,11 @@ def _list_column(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
 class TokenizedPairs(torch.utils.data.Dataset):
     """The rows of a tokenized split, fetched a whole batch at a time straight from Arrow.
 
-    ``DataLoader(batch_sampler=...)`` calls :meth:`__getitems__` with a batch's indices: one
-    ``take`` on the (memory-mapped) table and the batch's ids as flat numpy columns, no per-row
-    Python lists; :func:`collate_columns` pads them. Pickled for worker processes by file
+    ``DataLoader(batch_sampler=...)`` calls :meth:`__getitems__` with a batch's indices: the rows
+    are taken from the (memory-mapped) table's record batches, one ``take`` per record batch
+    touched, and handed over as flat numpy columns, no per-row Python lists;
+    :func:`collate_columns` pads them. (One ``take`` on the whole table is slow: Arrow then
+    concatenates the chunks of its list columns.) Pickled for worker processes by file
     reference, as ``datasets`` pickles a memory-mapped table.
 
     Args:
@@ -254,15 +264,36 @@ class TokenizedPairs(torch.utils.data.Dataset):
             raise ValueError("pass the split without select()/filter() and the kept positions as rows")
         self.table = dataset.select_columns(["id", "src_ids", "tgt_ids"]).data
         self.rows = None if rows is None else np.asarray(rows, dtype=np.int64)
+        self._batches: list[pa.RecordBatch] | None = None  # views of the table, rebuilt after pickling
+        self._starts: np.ndarray | None = None  # first row of each record batch, and the row count
+
+    def __getstate__(self) -> dict:
+        return {"table": self.table, "rows": self.rows, "_batches": None, "_starts": None}
 
     def __len__(self) -> int:
         return self.table.num_rows if self.rows is None else len(self.rows)
+
+    def _take(self, positions: np.ndarray) -> pa.Table:
+        if self._batches is None:
+            self._batches = self.table.table.to_batches()
+            self._starts = np.cumsum([0] + [b.num_rows for b in self._batches])
+        chunk = np.searchsorted(self._starts, positions, side="right") - 1
+        order = np.argsort(chunk, kind="stable")  # the rows grouped by record batch
+        grouped = chunk[order]
+        cuts = np.flatnonzero(np.diff(grouped)) + 1
+        parts = [
+            self._batches[grouped[lo]].take(pa.array(positions[order[lo:hi]] - self._starts[grouped[lo]]))
+            for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(order)], strict=True)
+        ]
+        if not parts:
+            return self.table.table.slice(0, 0)
+        return pa.Table.from_batches(parts).combine_chunks().take(pa.array(np.argsort(order)))
 
     def __getitems__(self, indices: list[int]) -> PairColumns:
         positions = np.asarray(indices, dtype=np.int64)
         if self.rows is not None:
             positions = self.rows[positions]
-        batch = self.table.table.take(pa.array(positions))
+        batch = self._take(positions)
         src_values, src_lengths = _list_column(batch, "src_ids")
         tgt_values, tgt_lengths = _list_column(batch, "tgt_ids")
         ids = batch.column("id").to_numpy()

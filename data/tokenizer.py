@@ -405,7 +405,7 @@ def tokenize_split(
     src_tokenizer: SubwordTokenizer,
     tgt_tokenizer: SubwordTokenizer,
     cache_dir: str | Path | None = None,
-    batch_size: int = 1000,
+    batch_size: int = 50_000,
     content_key: str | None = None,
 ) -> datasets.Dataset:
     """Add subword ids and lengths with ``datasets.map(batched=True)``, cached on disk.
@@ -420,7 +420,8 @@ def tokenize_split(
         src_tokenizer: source model.
         tgt_tokenizer: target model.
         cache_dir: cache root (``<cache_dir>/tokenized/<key>.arrow``); ``None`` keeps it in memory.
-        batch_size: rows per ``map`` call.
+        batch_size: rows per ``map`` call, and per record batch of the cache file (large
+            record batches keep the loader's gathers few: :class:`data.batching.TokenizedPairs`).
         content_key: identifies the split's content (e.g. its corpus digest), so that it need
             not be hashed; ``None``: hashed here, one pass over the text.
 
@@ -471,6 +472,7 @@ def tokenize_split(
             encode,
             batched=True,
             batch_size=batch_size,
+            writer_batch_size=batch_size,
             remove_columns=["src", "tgt"],
             features=features,
             cache_file_name=cache_file,
