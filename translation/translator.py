@@ -1,6 +1,6 @@
 """Text in, text out: token-budget batching and the translate loop.
 
-The command line (``translate.py``) is a thin shell around this module and ``lines.py``:
+The command line (``translate.py``) is a thin shell around this module and ``data/lines.py``:
 
 * :func:`token_batches` groups sentences sorted by length under a budget of padded source tokens.
 * :class:`Translator` encodes, crops, batches, searches and decodes, and returns the results in
@@ -19,10 +19,10 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
+from data.lines import one_line
 from transformer import Transformer
 from transformer.search import beam_search, greedy_search
 from translation.checkpoint import load_checkpoint
-from translation.lines import one_line
 from translation.workers import WorkerPool
 
 logger = logging.getLogger(__name__)

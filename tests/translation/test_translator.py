@@ -10,11 +10,11 @@ import torch
 
 import translation.translator as translator_module
 from bench.uncached import Recomputing
+from data.lines import LINE_BREAKS
 from data.tokenizer import SubwordTokenizer
 from tests.toy_text import LEXICON, toy_pairs, train_word_spm
 from tests.transformer.helpers import tiny_model
 from translation.checkpoint import inference_fields, write_checkpoint
-from translation.lines import LINE_BREAKS
 from translation.translator import SearchOptions, Translator, resolve_device, token_batches
 
 CPU = torch.device("cpu")
