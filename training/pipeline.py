@@ -14,8 +14,10 @@ import torch
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 
+from data.atomic import atomic_write
 from training.averaging import average_checkpoints
 from training.module import TranslationModule
 from training.plots import plot_learning_curve
@@ -55,6 +57,23 @@ def resolve_ckpt_path(ckpt_path: str | None, runs_dir: str | Path, name: str, ou
             f"ckpt_path=last: no {Path(runs_dir) / name}/*/checkpoints/last.ckpt to resume from"
         )
     return str(max(candidates, key=lambda p: p.stat().st_mtime))
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint writer with the project's atomic writer: whole files or none.
+
+    Lightning's own writer goes through fsspec; this one writes every ``best``, ``last`` and
+    ``epoch*`` checkpoint with :func:`data.atomic.atomic_write`, as the averaged checkpoint and
+    the tokenizer cache are written.
+    """
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__} takes no storage_options, got {storage_options!r}")
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_write(path) as f:
+            torch.save(checkpoint, f)
 
 
 class InferenceFields(Callback):
@@ -154,6 +173,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         logger=CSVLogger(save_dir=str(output_dir), name="logs", version=""),
         default_root_dir=str(output_dir),
         use_distributed_sampler=False,  # the token-bucket sampler splits batches across ranks
+        plugins=[AtomicCheckpointIO()],
     )
 
     test_ckpt = ckpt_path  # without training, test the given checkpoint
