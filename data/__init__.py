@@ -10,7 +10,8 @@ Modules, one concept each:
   ``datasets.DatasetDict`` with ``train`` / ``validation`` / ``test`` splits of ``id, src, tgt``.
 * ``data.tokenizer``: the special ids (``PAD_ID=0, UNK_ID=1, BOS_ID=2, EOS_ID=3``),
   ``SubwordTokenizer``, SentencePiece training cached by content, cached tokenization.
-* ``data.batching``: ``TokenBucketBatchSampler`` (token budget, length buckets, ranks,
+* ``data.batching``: ``token_budget_batches`` (the one token-budget rule, also the translator's
+  through ``longest_first_batches``), ``TokenBucketBatchSampler`` (length buckets, ranks,
   resumable) and ``collate_batch``.
 * ``data.datamodule``: ``TranslationDataModule``, all of the above behind Lightning.
 
