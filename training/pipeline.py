@@ -18,13 +18,12 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 
 from data.atomic import atomic_write
+from data.corpus import PROJECT_ROOT
 from training.averaging import average_checkpoints
 from training.module import TranslationModule
 from training.plots import plot_learning_curve
 
 logger = logging.getLogger(__name__)
-
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 def register_resolvers() -> None:
@@ -98,7 +97,8 @@ def _inference_fields(datamodule: Any, src_lang: str, tgt_lang: str) -> dict[str
     )
 
 
-def _plain(cfg: DictConfig) -> dict:
+def _to_plain_dict(cfg: DictConfig) -> dict:
+    """``cfg`` as plain dicts and lists with interpolations resolved, as the module's hyperparameters."""
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
 
 
@@ -119,18 +119,18 @@ def train(cfg: DictConfig) -> dict[str, float]:
     datamodule.prepare_data()
     datamodule.setup("fit")
     joint = datamodule.src_tokenizer is datamodule.tgt_tokenizer
-    model_cfg = _plain(cfg.model)
+    model_cfg = _to_plain_dict(cfg.model)
     model_cfg.update(src_vocab_size=datamodule.src_vocab_size, tgt_vocab_size=datamodule.tgt_vocab_size)
     model_cfg["share_embeddings"] = bool(model_cfg.get("share_embeddings", False) and joint)
     compile = cfg.get("compile", False)  # a bool, or a mapping of torch.compile arguments
     module = TranslationModule(
         model=model_cfg,
-        optimizer=_plain(cfg.optimizer),
+        optimizer=_to_plain_dict(cfg.optimizer),
         label_smoothing=cfg.label_smoothing,
-        decoding=_plain(cfg.decoding),
+        decoding=_to_plain_dict(cfg.decoding),
         src_lang=cfg.data.src_lang,
         tgt_lang=cfg.data.tgt_lang,
-        compile=_plain(compile) if isinstance(compile, DictConfig) else bool(compile),
+        compile=_to_plain_dict(compile) if isinstance(compile, DictConfig) else bool(compile),
     )
     module.output_dir = str(output_dir)
     logger.info("model: %s parameters", f"{module.model.num_parameters():,}")
