@@ -17,17 +17,14 @@ by ``datasets``. A log line names the source and why it was chosen.
 filtered, so there ``id`` is also the position of the row and of its reference.
 
 Hub rows are taken as they are (no stripping, no splitting on any separator), as local lines are.
-Local files are split on ``b"\\n"`` only. Python's universal newlines and ``str.splitlines()``
-also split on ``\\r``, U+2028, U+2029, ``\\x85``, ``\\x0b``, ``\\x0c``, ... which silently breaks the
-alignment of source and target lines; those characters are kept inside lines here. One documented
-exception: a file in which *every* line ends with ``\\r\\n`` (a Windows file) has that trailing
-``\\r`` removed; a ``\\r`` anywhere else is kept. A UTF-8 byte order mark at the start of a file is
-removed.
+Local files are read by :func:`data.lines.read_lines` in its strict mode (``LineMode.STRICT``):
+split on ``b"\\n"`` only, so ``\\r``, U+2028, ``\\x85``, ... stay inside their line and source and
+target stay aligned; ``\\r`` removed only from a file whose every line ends with ``\\r\\n``; a byte
+order mark removed; invalid UTF-8 an error naming the file and line.
 """
 
 from __future__ import annotations
 
-import gzip
 import logging
 import os
 from collections.abc import Iterator, Sequence
@@ -37,6 +34,8 @@ from pathlib import Path
 import datasets
 from datasets.exceptions import DatasetNotFoundError
 from huggingface_hub.errors import LocalEntryNotFoundError
+
+from data.lines import LineMode, UndecodableLineError, read_lines
 
 logger = logging.getLogger(__name__)
 
@@ -211,52 +210,18 @@ def find_split_file(data_dir: str | Path, split: str, lang: str) -> Path:
     )
 
 
-def read_lines(path: str | Path) -> list[str]:
-    """Read a text file (optionally gzip-compressed) as a list of lines, split on ``\\n`` only.
-
-    Args:
-        path: a plain or ``.gz`` UTF-8 text file.
-
-    Returns:
-        The lines without their ``\\n``. A final ``\\n`` does not start an extra empty line.
-
-    Raises:
-        CorpusError: the file is not valid UTF-8; the message names the file, the 1-based line
-            and the offending bytes.
-    """
-    path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
-        raw = f.read()
-    if raw.startswith(b"\xef\xbb\xbf"):
-        raw = raw[3:]
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line_no = raw.count(b"\n", 0, err.start) + 1
-        line_start = raw.rfind(b"\n", 0, err.start) + 1
-        bad = raw[err.start : err.end]
-        raise CorpusError(
-            f"{path}: invalid UTF-8 at line {line_no}, byte {err.start - line_start} of the line "
-            f"({bad!r}: {err.reason})"
-        ) from None
-    if not text:
-        return []
-    lines = text.split("\n")
-    if text.endswith("\n"):
-        lines.pop()
-    if lines and all(line.endswith("\r") for line in lines):
-        lines = [line[:-1] for line in lines]
-    return lines
-
-
 def read_parallel_files(src_path: Path, tgt_path: Path) -> tuple[list[str], list[str]]:
     """Read two line-aligned files.
 
     Raises:
-        CorpusError: the line counts differ; the message names both files and both counts.
+        CorpusError: a file is not valid UTF-8 (the message names the file, the line and the
+            bytes), or the line counts differ (the message names both files and both counts).
     """
-    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    try:
+        src = read_lines(src_path, LineMode.STRICT)
+        tgt = read_lines(tgt_path, LineMode.STRICT)
+    except UndecodableLineError as err:
+        raise CorpusError(str(err)) from None
     if len(src) != len(tgt):
         raise CorpusError(
             f"line counts differ: {src_path} has {len(src)} lines, {tgt_path} has {len(tgt)} lines"

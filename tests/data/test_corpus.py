@@ -21,9 +21,10 @@ from data.corpus import (
     load_local_corpus,
     load_parallel_corpus,
     normalize_columns,
-    read_lines,
+    read_parallel_files,
     resolve_corpus_source,
 )
+from data.lines import LineMode, read_lines
 from tests.toy_text import make_pairs, write_split
 
 # Characters that str.splitlines() or universal newlines treat as line breaks.
@@ -48,7 +49,7 @@ def test_hostile_separators_stay_inside_lines(tmp_path: Path, suffix: str) -> No
         _write(tmp_path / f"{split}.de{suffix}", "".join(s + "\n" for s in src_lines))
         _write(tmp_path / f"{split}.en{suffix}", "".join(t + "\n" for t in tgt_lines))
 
-    assert read_lines(tmp_path / f"train.de{suffix}") == src_lines
+    assert read_lines(tmp_path / f"train.de{suffix}", LineMode.STRICT) == src_lines
     assert len("".join(s + "\n" for s in src_lines).splitlines()) > len(src_lines)  # the trap
 
     corpus = load_local_corpus(tmp_path, "de", "en")
@@ -56,23 +57,6 @@ def test_hostile_separators_stay_inside_lines(tmp_path: Path, suffix: str) -> No
         assert corpus[split]["src"] == src_lines
         assert corpus[split]["tgt"] == tgt_lines
         assert corpus[split]["id"] == list(range(len(src_lines)))
-
-
-def test_windows_line_endings_are_the_one_exception(tmp_path: Path) -> None:
-    crlf = _write(tmp_path / "crlf.txt", "eins\r\nzwei\r\n\r\n")
-    assert read_lines(crlf) == ["eins", "zwei", ""]
-    # A \r before \n in a file that is not wholly \r\n-terminated is data and is kept.
-    mixed = _write(tmp_path / "mixed.txt", "eins\r\nzwei\n")
-    assert read_lines(mixed) == ["eins\r", "zwei"]
-
-
-def test_final_newline_bom_and_empty_lines(tmp_path: Path) -> None:
-    assert read_lines(_write(tmp_path / "a", "x\ny")) == ["x", "y"]
-    assert read_lines(_write(tmp_path / "b", "x\ny\n")) == ["x", "y"]
-    assert read_lines(_write(tmp_path / "c", "x\n\n\ny\n")) == ["x", "", "", "y"]
-    assert read_lines(_write(tmp_path / "d", "\ufeffx\n")) == ["x"]
-    assert read_lines(_write(tmp_path / "e", "")) == []
-    assert read_lines(_write(tmp_path / "f", "\n")) == [""]
 
 
 def test_mismatched_line_counts_name_both_files_and_counts(tmp_path: Path) -> None:
@@ -91,7 +75,7 @@ def test_mismatched_line_counts_name_both_files_and_counts(tmp_path: Path) -> No
 def test_invalid_utf8_names_file_and_line(tmp_path: Path, suffix: str) -> None:
     path = _write(tmp_path / f"train.de{suffix}", b"gut\nauch gut\nkaputt \xff\xfe hier\nok\n")
     with pytest.raises(CorpusError) as err:
-        read_lines(path)
+        read_parallel_files(path, path)
     msg = str(err.value)
     assert str(path) in msg
     assert "line 3" in msg
