@@ -6,9 +6,10 @@
 
 Only translations go to stdout; progress, warnings and scores go to stderr. A broken checkpoint or
 a wrong option gives a one-line error and exit status 2. The command line only: parsing, reading,
-writing. The work is in the ``translation`` package (its Python API): ``lines.py`` (input lines),
+writing. The work is in the ``translation`` package (its Python API):
 ``translator.py`` (batching, search), ``checkpoint.py`` (loading), ``workers.py`` and
-``attention_plot.py``. Lightning and Hydra are never imported here.
+``attention_plot.py``; input lines are read by ``data/lines.py`` in its lossless mode. Lightning
+and Hydra are never imported here.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from data.lines import LineMode, decode_lines
 from translation.checkpoint import CheckpointError
-from translation.lines import read_lines
 from translation.translator import SearchOptions, Translation, Translator
 from translation.workers import WorkerPool
 
@@ -209,12 +210,12 @@ def read_input(args: argparse.Namespace) -> tuple[list[str], str]:
     if args.sentences:
         # Each argument is one line; os.fsencode recovers the bytes of undecodable arguments.
         raw = [os.fsencode(s).replace(b"\n", b" ") for s in args.sentences]
-        return read_lines(b"\n".join(raw) + b"\n", "<arguments>"), "<arguments>"
+        return decode_lines(b"\n".join(raw) + b"\n", "<arguments>", LineMode.LOSSLESS), "<arguments>"
     if args.input is None or args.input == "-":
         if sys.stdin.isatty():
             logger.info("reading sentences from the terminal, one per line; end with Ctrl-D")
-        return read_lines(sys.stdin.buffer.read(), "<stdin>"), "<stdin>"
-    return read_lines(read_file(args.input, "--input"), args.input), args.input
+        return decode_lines(sys.stdin.buffer.read(), "<stdin>", LineMode.LOSSLESS), "<stdin>"
+    return decode_lines(read_file(args.input, "--input"), args.input, LineMode.LOSSLESS), args.input
 
 
 def read_file(path: str, option: str) -> bytes:
@@ -316,7 +317,9 @@ def translate_input(args: argparse.Namespace, translator: Translator, pool: Work
     lines, name = read_input(args)
     references = None
     if args.references:
-        references = read_lines(read_file(args.references, "--references"), args.references)
+        references = decode_lines(
+            read_file(args.references, "--references"), args.references, LineMode.LOSSLESS
+        )
         if len(references) != len(lines):
             raise UsageError(
                 f"--references {args.references} has {len(references)} lines "

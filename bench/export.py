@@ -56,9 +56,9 @@ from bench.common import (  # noqa: E402
     write_json,
 )
 from bench.ct2_worker import CT2Worker  # noqa: E402
+from data.batching import longest_first_batches  # noqa: E402
 from translation import SearchOptions, Translator  # noqa: E402
 from translation.metrics import corpus_scores  # noqa: E402
-from translation.translator import token_batches  # noqa: E402
 
 BEAM = 5
 ALPHA = 0.6
@@ -222,7 +222,7 @@ def main() -> None:
         print(f"  {name}: " + ", ".join(f"{k} {v} of {n} identical" for k, v in counts.items()), flush=True)
 
     print(f"beam {BEAM}, {args.reps} interleaved repetitions:", flush=True)
-    batches = token_batches([len(s) + 1 for s in sources], 4096)  # translate.py's batches
+    batches = longest_first_batches([len(s) + 1 for s in sources], 4096)  # translate.py's batches
     ct2 = {name: CT2Beam(dirs[name], args.threads) for name in ("CT2 fp32", "CT2 int8")}
     systems = {
         "ours": lambda: ours.translate(texts, beam_size=BEAM, alpha=ALPHA),

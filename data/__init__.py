@@ -2,13 +2,19 @@
 
 Modules, one concept each:
 
+* ``data.lines``: text split on ``\\n`` only, in a strict mode (corpora) and a lossless mode
+  (translation input), and ``one_line``.
+* ``data.atomic``: ``atomic_write``, a file written whole or not at all (checkpoints, averages,
+  caches).
 * ``data.corpus``: a parallel corpus (hub id or local ``{split}.{lang}[.gz]`` files) as a
   ``datasets.DatasetDict`` with ``train`` / ``validation`` / ``test`` splits of ``id, src, tgt``.
 * ``data.tokenizer``: the special ids (``PAD_ID=0, UNK_ID=1, BOS_ID=2, EOS_ID=3``),
   ``SubwordTokenizer``, SentencePiece training cached by content, cached tokenization.
-* ``data.batching``: ``TokenBucketBatchSampler`` (token budget, length buckets, ranks,
+* ``data.batching``: ``token_budget_batches`` (the one token-budget rule, also the translator's
+  through ``longest_first_batches``), ``TokenBucketBatchSampler`` (length buckets, ranks,
   resumable) and ``collate_batch``.
 * ``data.datamodule``: ``TranslationDataModule``, all of the above behind Lightning.
 
-Nothing is imported here, so ``import data.tokenizer`` does not pull in Lightning.
+``data.lines`` and ``data.atomic`` are also what ``translation`` and ``training`` read input lines
+and write checkpoints with. Nothing is imported here, so ``import data.tokenizer`` does not pull in Lightning.
 """

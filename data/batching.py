@@ -1,15 +1,23 @@
 """Token-budget batches bucketed by length, distributed-aware and resumable; the collate function.
 
-How batches are made (:class:`TokenBucketBatchSampler`):
+The one token-budget rule, for training and translation alike (:func:`token_budget_batches`):
+examples, in an order the caller chose (sorted by length, so that batches pad little), are cut
+greedily into consecutive batches whose padded size, ``batch_size * widest``, stays within
+``max_tokens``; an example wider than ``max_tokens`` on its own gets a batch of its own. The
+sampler cuts shortest first; the translator cuts longest first (:func:`longest_first_batches`), so
+that the largest batch runs first and an out-of-memory error comes at once.
+
+How training batches are made (:class:`TokenBucketBatchSampler`):
 
 1. Examples are sorted by ``(max(src_len, tgt_len), src_len, tgt_len)`` (on Multi30k this pads
    less than sorting by source then target: 4.5% against 7% at 4096 tokens). Examples with equal
    lengths are ordered at random per epoch (``seed``, ``epoch``), so batch *membership* varies
    between epochs while the sequence of lengths, hence the batch boundaries and the number of
    batches, stays the same (Lightning reads ``len()`` once).
-2. The sorted list is cut greedily into batches whose padded size ``batch_size * max(src_len,
-   tgt_len)`` stays within ``max_tokens``. An example longer than ``max_tokens`` on its own gets a
-   batch of its own (over budget; filter such pairs with ``max_len`` beforehand).
+2. The sorted list is cut by :func:`token_budget_batches` with width ``max(src_len, tgt_len)``:
+   padded size ``batch_size * max(src_len, tgt_len)`` within ``max_tokens``. An example longer
+   than ``max_tokens`` on its own gets a batch of its own (over budget; filter such pairs with
+   ``max_len`` beforehand).
 3. Distributed: the number of batches is made divisible by ``num_replicas`` by halving the batches
    with the most examples, so every example is still seen exactly once and every rank gets the same
    number of batches (an uneven count hangs DDP). Only when there are fewer examples than needed
@@ -32,6 +40,82 @@ import torch
 from torch.utils.data import Sampler
 
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+
+def token_budget_batches(widths: Sequence[int], max_tokens: int) -> list[tuple[int, int]]:
+    """Cut examples, in the order given, into consecutive batches within a padded-token budget.
+
+    A batch of ``n`` examples whose widest is ``L`` wide costs ``n * L`` padded tokens. Greedy: an
+    example joins the current batch unless that would take the batch over ``max_tokens``. An
+    example wider than ``max_tokens`` on its own gets a batch of its own.
+
+    Args:
+        widths: ``n`` padded widths (tokens per example, e.g. EOS included), in the order to cut;
+            sorted by width, batches pad little.
+        max_tokens: budget of padded tokens per batch.
+
+    Returns:
+        ``[start, end)`` positions into ``widths``: consecutive, covering ``0 .. n`` once.
+
+    Raises:
+        ValueError: ``max_tokens`` is below 1.
+    """
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1, not {max_tokens}")
+    widths = np.asarray(widths, dtype=np.int64)
+    if len(widths) > 1 and (np.diff(widths) >= 0).all():
+        return _ascending_budget_batches(widths, max_tokens)
+    bounds: list[tuple[int, int]] = []
+    start, widest = 0, 0
+    for i, width in enumerate(widths.tolist()):
+        widest_with = max(widest, width)
+        if i > start and (i - start + 1) * widest_with > max_tokens:
+            bounds.append((start, i))
+            start, widest_with = i, width
+        widest = widest_with
+    if len(widths):
+        bounds.append((start, len(widths)))
+    return bounds
+
+
+def _ascending_budget_batches(widths: np.ndarray, max_tokens: int) -> list[tuple[int, int]]:
+    """:func:`token_budget_batches` of ascending widths (the sampler's millions), without a loop per example.
+
+    With widths ascending, a batch from ``start`` takes example ``j`` while ``(j - start + 1) *
+    widths[j] <= max_tokens``, i.e. while ``j - cap[j] < start`` with ``cap = max_tokens // width``;
+    ``j - cap[j]`` increases with ``j``, so each batch's last example is one binary search.
+    """
+    n = len(widths)
+    cap = np.where(widths > 0, max_tokens // np.maximum(widths, 1), n)
+    reach = np.arange(n) - cap
+    bounds: list[tuple[int, int]] = []
+    start = 0
+    while start < n:
+        last = int(np.searchsorted(reach, start - 1, side="right")) - 1
+        end = max(last, start) + 1  # an example over budget on its own still gets a batch
+        bounds.append((start, end))
+        start = end
+    return bounds
+
+
+def longest_first_batches(widths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Example indices, longest first, in :func:`token_budget_batches` (the translator's batches).
+
+    Longest first, so that the largest batch runs first and an out-of-memory error comes at once;
+    examples of equal width keep their input order.
+
+    Args:
+        widths: ``n`` padded widths, e.g. source length + EOS.
+        max_tokens: budget of padded tokens per batch.
+
+    Returns:
+        Lists of indices into ``widths``; every index appears exactly once.
+
+    Raises:
+        ValueError: ``max_tokens`` is below 1.
+    """
+    order = sorted(range(len(widths)), key=lambda i: -widths[i])
+    return [order[s:e] for s, e in token_budget_batches([widths[i] for i in order], max_tokens)]
 
 
 class TokenBucketBatchSampler(Sampler[list[int]]):
@@ -58,8 +142,6 @@ class TokenBucketBatchSampler(Sampler[list[int]]):
         num_replicas: int = 1,
         rank: int = 0,
     ) -> None:
-        if max_tokens <= 0:
-            raise ValueError(f"max_tokens must be positive, got {max_tokens}")
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
         self.src_lengths = np.asarray(src_lengths, dtype=np.int64)
@@ -103,19 +185,7 @@ class TokenBucketBatchSampler(Sampler[list[int]]):
         """Batch boundaries ``[start, end)`` in sorted order, and how many batches to repeat."""
         order = self._sorted_order(None)
         widths = np.maximum(self.src_lengths, self.tgt_lengths)[order]  # ascending
-        # Greedy cut: a batch from `start` takes example j while (j - start + 1) * widths[j] <= budget,
-        # i.e. while j - cap[j] < start with cap = budget // width. j - cap[j] increases with j
-        # (widths ascend), so each batch's last example is one binary search: O(batches log n).
-        n = len(widths)
-        cap = np.where(widths > 0, self.max_tokens // np.maximum(widths, 1), n)
-        reach = np.arange(n) - cap
-        segments: list[tuple[int, int]] = []
-        start = 0
-        while start < n:
-            last = int(np.searchsorted(reach, start - 1, side="right")) - 1
-            end = max(last, start) + 1  # an example over budget on its own still gets a batch
-            segments.append((start, end))
-            start = end
+        segments = token_budget_batches(widths, self.max_tokens)
         # Halve the batch with the most examples until the count divides evenly across ranks.
         while len(segments) % self.num_replicas:
             k = max(range(len(segments)), key=lambda j: segments[j][1] - segments[j][0])

@@ -17,26 +17,21 @@ by ``datasets``. A log line names the source and why it was chosen.
 filtered, so there ``id`` is also the position of the row and of its reference.
 
 Hub rows are taken as they are (no stripping, no splitting on any separator), as local lines are.
-Local files are split on ``b"\\n"`` only. Python's universal newlines and ``str.splitlines()``
-also split on ``\\r``, U+2028, U+2029, ``\\x85``, ``\\x0b``, ``\\x0c``, ... which silently breaks the
-alignment of source and target lines; those characters are kept inside lines here. One documented
-exception: a file in which *every* line ends with ``\\r\\n`` (a Windows file) has that trailing
-``\\r`` removed; a ``\\r`` anywhere else is kept. A UTF-8 byte order mark at the start of a file is
-removed.
+Local files are read by :func:`data.lines.read_lines` in its strict mode (``LineMode.STRICT``):
+split on ``b"\\n"`` only, so ``\\r``, U+2028, ``\\x85``, ... stay inside their line and source and
+target stay aligned; ``\\r`` removed only from a file whose every line ends with ``\\r\\n``; a byte
+order mark removed; invalid UTF-8 an error naming the file and line.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import logging
 import os
-import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 import datasets
 import numpy as np
@@ -45,6 +40,7 @@ from huggingface_hub.errors import LocalEntryNotFoundError
 
 from data.arrow_pairs import write_pairs
 from data.cache import build_once
+from data.lines import CorruptFileError, UndecodableLineError, iter_line_blocks
 
 logger = logging.getLogger(__name__)
 
@@ -219,122 +215,29 @@ def find_split_file(data_dir: str | Path, split: str, lang: str) -> Path:
     )
 
 
-# Bytes read per block while streaming a file; lines are decoded a block at a time.
-_BLOCK_BYTES = 1 << 24
-# The UTF-8 byte order mark, removed from the start of a file.
-_BOM = b"\xef\xbb\xbf"
-
-
-def _open_binary(path: Path) -> BinaryIO:
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
-
-
-def _every_line_ends_crlf(path: Path) -> bool:
-    """Whether every line of ``path`` (the last one too, terminated or not) ends with ``\\r\\n``/``\\r``.
-
-    Stops at the first ``\\n`` without a ``\\r`` before it, i.e. within the first block of a
-    Unix file; a Windows file is scanned to its end.
-    """
-    prev_last = b""
-    last = b""
-    seen = False
-    with _open_binary(path) as f:
-        while block := f.read(_BLOCK_BYTES):
-            seen = True
-            if block.count(b"\n") != (prev_last + block).count(b"\r\n"):
-                return False
-            prev_last = last = block[-1:]
-    return seen and last in (b"\n", b"\r")
-
-
-def _decode(raw: bytes, path: Path, first_line: int) -> str:
-    """UTF-8 text of ``raw`` (whole lines starting at 1-based line ``first_line``), or a CorpusError."""
+def _corpus_errors(blocks: Iterator[list[str]]) -> Iterator[list[str]]:
+    """``blocks``, with a file's undecodable or corrupt content raised as a :class:`CorpusError`."""
     try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line_no = first_line + raw.count(b"\n", 0, err.start)
-        line_start = raw.rfind(b"\n", 0, err.start) + 1
-        bad = raw[err.start : err.end]
-        raise CorpusError(
-            f"{path}: invalid UTF-8 at line {line_no}, byte {err.start - line_start} of the line "
-            f"({bad!r}: {err.reason})"
-        ) from None
-
-
-def iter_line_blocks(path: str | Path) -> Iterator[list[str]]:
-    """Stream a text file (optionally gzip-compressed) as lists of consecutive lines.
-
-    The rules of :func:`read_lines`, in bounded memory: one block of about 16 MB is held at a
-    time, however large the file.
-
-    Args:
-        path: a plain or ``.gz`` UTF-8 text file.
-
-    Yields:
-        Lists of lines without their ``\\n``, in file order; together they are the file's lines.
-
-    Raises:
-        CorpusError: the file is not valid UTF-8 (the message names the file, the 1-based line
-            and the offending bytes), or a compressed file is corrupt or cut short (the message
-            names the file and the last line read whole).
-    """
-    path = Path(path)
-    strip_cr = _every_line_ends_crlf(path)
-    done = 0  # lines yielded so far
-    rest = b""
-    try:
-        with _open_binary(path) as f:
-            bom_checked = False
-            while block := f.read(_BLOCK_BYTES):
-                block = rest + block
-                if not bom_checked:
-                    if len(block) < 3 and _BOM.startswith(block):
-                        rest = block  # too short to tell yet
-                        continue
-                    bom_checked = True
-                    if block.startswith(_BOM):
-                        block = block[3:]
-                cut = block.rfind(b"\n")
-                if cut < 0:
-                    rest = block
-                    continue
-                rest = block[cut + 1 :]
-                lines = _decode(block[:cut], path, done + 1).split("\n")
-                if strip_cr:
-                    lines = [line[:-1] for line in lines]
-                done += len(lines)
-                yield lines
-    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
-        raise CorpusError(f"{path}: corrupt or truncated gzip data after line {done}: {err}") from None
-    if rest:
-        line = _decode(rest, path, done + 1)
-        yield [line[:-1] if strip_cr else line]
-
-
-def read_lines(path: str | Path) -> list[str]:
-    """Read a text file (optionally gzip-compressed) as a list of lines, split on ``\\n`` only.
-
-    Args:
-        path: a plain or ``.gz`` UTF-8 text file.
-
-    Returns:
-        The lines without their ``\\n``. A final ``\\n`` does not start an extra empty line.
-
-    Raises:
-        CorpusError: see :func:`iter_line_blocks`.
-    """
-    return [line for block in iter_line_blocks(path) for line in block]
+        yield from blocks
+    except (UndecodableLineError, CorruptFileError) as err:
+        raise CorpusError(str(err)) from None
 
 
 def iter_parallel_blocks(src_path: Path, tgt_path: Path) -> Iterator[tuple[list[str], list[str]]]:
     """Stream two line-aligned files as aligned blocks of ``(source lines, target lines)``.
 
+    Each file is read by :func:`data.lines.iter_line_blocks` (the strict mode, in bounded memory).
+
     Raises:
         CorpusError: the line counts differ (the message names both files and both counts,
-            counted to the end of both files), or a file is unreadable (see
-            :func:`iter_line_blocks`).
+            counted to the end of both files); a file is not valid UTF-8 (the message names the
+            file, the line and the bytes); a compressed file is corrupt or cut short (the
+            message names the file and the last line read whole).
     """
-    src_blocks, tgt_blocks = iter_line_blocks(src_path), iter_line_blocks(tgt_path)
+    src_blocks, tgt_blocks = (
+        _corpus_errors(iter_line_blocks(src_path)),
+        _corpus_errors(iter_line_blocks(tgt_path)),
+    )
     src_buf: list[str] = []
     tgt_buf: list[str] = []
     src_n = tgt_n = 0  # lines read so far from each file
@@ -360,7 +263,8 @@ def read_parallel_files(src_path: Path, tgt_path: Path) -> tuple[list[str], list
     """Read two line-aligned files.
 
     Raises:
-        CorpusError: the line counts differ; the message names both files and both counts.
+        CorpusError: a file is not valid UTF-8 (the message names the file, the line and the
+            bytes), or the line counts differ (the message names both files and both counts).
     """
     src: list[str] = []
     tgt: list[str] = []

@@ -18,13 +18,14 @@ import io
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import sentencepiece as spm
+
+from data.atomic import atomic_write
 
 if TYPE_CHECKING:  # imported lazily: translate.py uses this module and should start fast
     import datasets
@@ -125,9 +126,11 @@ class SubwordTokenizer:
         """
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write(path, self.model_proto)
+        with atomic_write(path) as f:
+            f.write(self.model_proto)
         vocab = "".join(f"{self.sp.id_to_piece(i)}\t{self.sp.get_score(i)}\n" for i in range(self.vocab_size))
-        _atomic_write(path.with_suffix(".vocab"), vocab.encode("utf-8"))
+        with atomic_write(path.with_suffix(".vocab")) as f:
+            f.write(vocab.encode("utf-8"))
         return path
 
     @classmethod
@@ -141,14 +144,6 @@ class SubwordTokenizer:
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["model_proto"], state["num_threads"])
-
-
-def _atomic_write(path: Path, payload: bytes) -> None:
-    # Several ranks may write the same file: write aside, then rename in one step.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "wb") as f:
-        f.write(payload)
-    os.replace(tmp, path)
 
 
 def _hash_texts(h: hashlib._Hash, texts: Iterable[str]) -> int:

@@ -6,12 +6,16 @@ from pathlib import Path
 
 import torch
 
+from data.atomic import atomic_write
+
 
 def average_checkpoints(paths: list[str | Path], output: str | Path) -> Path:
     """Writes a checkpoint whose ``state_dict`` is the element-wise mean of those in ``paths``.
 
     Everything else (hyperparameters, tokenizer fields) is taken from the last checkpoint;
     optimizer and loop states are dropped, since no training state matches averaged weights.
+    ``output`` is written whole or not at all (:func:`data.atomic.atomic_write`): a failed or
+    interrupted average leaves an earlier ``output`` as it was.
     """
     if not paths:
         raise ValueError("no checkpoints to average")
@@ -36,5 +40,6 @@ def average_checkpoints(paths: list[str | Path], output: str | Path) -> Path:
     keep["state_dict"] = averaged
     keep["averaged_from"] = [str(p) for p in paths]
     output = Path(output)
-    torch.save(keep, output)
+    with atomic_write(output) as f:
+        torch.save(keep, f)
     return output

@@ -41,7 +41,13 @@ DEFAULT_OPTIMIZER = {
 DEFAULT_DECODING = {"beam_size": 5, "alpha": 0.6, "max_len_a": 1.5, "max_len_b": 10, "valid_beam_size": 1}
 
 
-def _plain(name: str, value: Any) -> dict:
+def _checked_plain_dict(name: str, value: Any) -> dict:
+    """A copy of the hyperparameter ``value``, a plain dict ({} for None); TypeError for anything else.
+
+    Hyperparameters are saved into every checkpoint, and ``torch.load(weights_only=True)`` refuses
+    OmegaConf objects: a DictConfig is refused here, for the caller to convert (as
+    ``training.pipeline`` does), rather than converted silently.
+    """
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -97,7 +103,7 @@ def compile_options(compile: bool | dict | None) -> dict | None:
         return None
     if compile is True:
         return {}
-    return _plain("compile", compile)
+    return _checked_plain_dict("compile", compile)
 
 
 class TranslationModule(L.LightningModule):
@@ -130,11 +136,11 @@ class TranslationModule(L.LightningModule):
         compile: bool | dict = False,
     ) -> None:
         super().__init__()
-        model = _plain("model", model)
-        optimizer = {**DEFAULT_OPTIMIZER, **_plain("optimizer", optimizer)}
+        model = _checked_plain_dict("model", model)
+        optimizer = {**DEFAULT_OPTIMIZER, **_checked_plain_dict("optimizer", optimizer)}
         optimizer["betas"] = tuple(optimizer["betas"])
-        decoding = {**DEFAULT_DECODING, **_plain("decoding", decoding)}
-        special_ids = {**SPECIAL_IDS, **_plain("special_ids", special_ids)}
+        decoding = {**DEFAULT_DECODING, **_checked_plain_dict("decoding", decoding)}
+        special_ids = {**SPECIAL_IDS, **_checked_plain_dict("special_ids", special_ids)}
         self.save_hyperparameters(
             {
                 "model": model,

@@ -14,15 +14,16 @@ import torch
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 
+from data.atomic import atomic_write
+from data.corpus import PROJECT_ROOT
 from training.averaging import average_checkpoints
 from training.module import TranslationModule
 from training.plots import plot_learning_curve
 
 logger = logging.getLogger(__name__)
-
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 def register_resolvers() -> None:
@@ -57,6 +58,23 @@ def resolve_ckpt_path(ckpt_path: str | None, runs_dir: str | Path, name: str, ou
     return str(max(candidates, key=lambda p: p.stat().st_mtime))
 
 
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint writer with the project's atomic writer: whole files or none.
+
+    Lightning's own writer goes through fsspec; this one writes every ``best``, ``last`` and
+    ``epoch*`` checkpoint with :func:`data.atomic.atomic_write`, as the averaged checkpoint and
+    the tokenizer cache are written.
+    """
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
+        if storage_options is not None:
+            raise TypeError(f"{type(self).__name__} takes no storage_options, got {storage_options!r}")
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_write(path) as f:
+            torch.save(checkpoint, f)
+
+
 class InferenceFields(Callback):
     """Stores what translate.py needs (SentencePiece models, languages, ids) in every checkpoint."""
 
@@ -79,7 +97,8 @@ def _inference_fields(datamodule: Any, src_lang: str, tgt_lang: str) -> dict[str
     )
 
 
-def _plain(cfg: DictConfig) -> dict:
+def _to_plain_dict(cfg: DictConfig) -> dict:
+    """``cfg`` as plain dicts and lists with interpolations resolved, as the module's hyperparameters."""
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
 
 
@@ -100,18 +119,18 @@ def train(cfg: DictConfig) -> dict[str, float]:
     datamodule.prepare_data()
     datamodule.setup("fit")
     joint = datamodule.src_tokenizer is datamodule.tgt_tokenizer
-    model_cfg = _plain(cfg.model)
+    model_cfg = _to_plain_dict(cfg.model)
     model_cfg.update(src_vocab_size=datamodule.src_vocab_size, tgt_vocab_size=datamodule.tgt_vocab_size)
     model_cfg["share_embeddings"] = bool(model_cfg.get("share_embeddings", False) and joint)
     compile = cfg.get("compile", False)  # a bool, or a mapping of torch.compile arguments
     module = TranslationModule(
         model=model_cfg,
-        optimizer=_plain(cfg.optimizer),
+        optimizer=_to_plain_dict(cfg.optimizer),
         label_smoothing=cfg.label_smoothing,
-        decoding=_plain(cfg.decoding),
+        decoding=_to_plain_dict(cfg.decoding),
         src_lang=cfg.data.src_lang,
         tgt_lang=cfg.data.tgt_lang,
-        compile=_plain(compile) if isinstance(compile, DictConfig) else bool(compile),
+        compile=_to_plain_dict(compile) if isinstance(compile, DictConfig) else bool(compile),
     )
     module.output_dir = str(output_dir)
     logger.info("model: %s parameters", f"{module.model.num_parameters():,}")
@@ -154,6 +173,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         logger=CSVLogger(save_dir=str(output_dir), name="logs", version=""),
         default_root_dir=str(output_dir),
         use_distributed_sampler=False,  # the token-bucket sampler splits batches across ranks
+        plugins=[AtomicCheckpointIO()],
     )
 
     test_ckpt = ckpt_path  # without training, test the given checkpoint

@@ -8,7 +8,6 @@ Modules, one concept each:
 
 * ``translation.checkpoint``: the checkpoint contract between training and inference (writing,
   reading, checking every part, one-line ``CheckpointError``).
-* ``translation.lines``: input lines read so that every line gives exactly one output line.
 * ``translation.translator``: ``Translator`` (encode, crop, batch, search, decode, in input
   order), ``SearchOptions``, ``Translation``.
 * ``translation.workers``: ``WorkerPool``, decoding in single-thread CPU processes.
@@ -17,12 +16,14 @@ Modules, one concept each:
 * ``translation.export``: ``python3 -m translation.export``, a checkpoint as a CTranslate2 or Hugging
   Face folder (the optional extra ``.[export]``).
 
+Input lines are read by ``data.lines`` in its lossless mode (every line gives exactly one output
+line), the reader the corpora use in its strict mode.
+
 Neither Lightning nor Hydra is imported here: ``training`` (what ``train.py`` runs) depends on this
 package for the checkpoint contract and the metrics, never the other way round.
 """
 
 from translation.checkpoint import CheckpointError
-from translation.lines import read_lines
 from translation.translator import SearchOptions, Translation, Translator
 
-__all__ = ["CheckpointError", "SearchOptions", "Translation", "Translator", "read_lines"]
+__all__ = ["CheckpointError", "SearchOptions", "Translation", "Translator"]

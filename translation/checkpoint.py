@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from data.atomic import atomic_write
 from data.tokenizer import SPECIAL_IDS, SubwordTokenizer
 from transformer import Transformer, TransformerConfig
 
@@ -92,7 +93,7 @@ def write_checkpoint(
     """Write a minimal checkpoint (what training writes, less the optimizer and loop state).
 
     Args:
-        path: the file to write; written aside and renamed, so a reader never sees half a file.
+        path: the file to write, whole or not at all (:func:`data.atomic.atomic_write`).
         model: its weights and ``cfg`` are saved.
         nmt: from :func:`inference_fields`.
         hyper_parameters: more plain hyperparameters to store beside ``"model"``.
@@ -106,9 +107,8 @@ def write_checkpoint(
         "hyper_parameters": {**(hyper_parameters or {}), "model": model.cfg.to_dict()},
         "nmt": nmt,
     }
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(checkpoint, tmp)
-    os.replace(tmp, path)
+    with atomic_write(path) as f:
+        torch.save(checkpoint, f)
     return path
 
 

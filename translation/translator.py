@@ -1,8 +1,9 @@
 """Text in, text out: token-budget batching and the translate loop.
 
-The command line (``translate.py``) is a thin shell around this module and ``lines.py``:
+The command line (``translate.py``) is a thin shell around this module and ``data/lines.py``:
 
-* :func:`token_batches` groups sentences sorted by length under a budget of padded source tokens.
+* :func:`data.batching.longest_first_batches` groups sentences, longest first, under a budget of
+  padded source tokens (the rule training's batches follow too).
 * :class:`Translator` encodes, crops, batches, searches and decodes, and returns the results in
   input order; empty lines never reach the model.
 """
@@ -19,43 +20,14 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
+from data.batching import longest_first_batches
+from data.lines import one_line
 from transformer import Transformer
 from transformer.search import beam_search, greedy_search
 from translation.checkpoint import load_checkpoint
-from translation.lines import one_line
 from translation.workers import WorkerPool
 
 logger = logging.getLogger(__name__)
-
-
-def token_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
-    """Group sentence indices, longest first, so that each padded batch fits ``max_tokens``.
-
-    A batch of ``n`` sentences whose longest has ``L`` tokens costs ``n * L`` padded tokens. A
-    sentence longer than the budget on its own gets a batch of its own.
-
-    Args:
-        lengths: ``n`` source lengths (tokens, EOS included).
-        max_tokens: budget of padded source tokens per batch.
-
-    Returns:
-        Lists of indices into ``lengths``; every index appears exactly once.
-    """
-    if max_tokens < 1:
-        raise ValueError(f"max_tokens must be at least 1, not {max_tokens}")
-    # Longest first: the largest batch runs first, so an out-of-memory error comes at once.
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches: list[list[int]] = []
-    batch: list[int] = []
-    for i in order:
-        # Sorted longest first, so the batch's first sentence sets its padded width.
-        if batch and (len(batch) + 1) * lengths[batch[0]] > max_tokens:
-            batches.append(batch)
-            batch = []
-        batch.append(i)
-    if batch:
-        batches.append(batch)
-    return batches
 
 
 def resolve_device(name: str | torch.device) -> torch.device:
@@ -282,7 +254,7 @@ class Translator:
         todo = [i for i, s in enumerate(sources) if s]
         batches = [
             [todo[j] for j in batch]
-            for batch in token_batches([len(sources[i]) + 1 for i in todo], max_tokens)
+            for batch in longest_first_batches([len(sources[i]) + 1 for i in todo], max_tokens)
         ]
         jobs = (
             (self._batch([sources[i] for i in indices]), options, self.bos_id, self.eos_id)

@@ -1,8 +1,9 @@
-"""Token-budget batch sampler properties, over many random length lists; collate layout."""
+"""The token-budget rule, the translator's batches and the sampler, over many random length lists; collate."""
 
 from __future__ import annotations
 
 import itertools
+import random
 
 import numpy as np
 import pytest
@@ -10,7 +11,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from data.batching import TokenBucketBatchSampler, collate_batch, padding_fraction
+from data.batching import (
+    TokenBucketBatchSampler,
+    collate_batch,
+    longest_first_batches,
+    padding_fraction,
+    token_budget_batches,
+)
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 # No example database on disk (it would land in the working tree); no per-example deadline.
@@ -29,6 +36,53 @@ def _pairs(draw_src: list[int], seed: int) -> tuple[list[int], list[int]]:
 def _epoch(sampler: TokenBucketBatchSampler, epoch: int) -> list[list[int]]:
     sampler.set_epoch(epoch)
     return list(sampler)
+
+
+# ------------------------------------------------------------------- the rule, and the translator's
+
+
+@PROPS
+@given(widths=lengths, max_tokens=st.integers(min_value=1, max_value=400))
+def test_token_budget_batches_are_consecutive_within_budget_and_greedy(
+    widths: list[int], max_tokens: int
+) -> None:
+    for order in (widths, sorted(widths)):  # sorted: the sampler's case, cut without a loop per example
+        bounds = token_budget_batches(order, max_tokens)
+        # Consecutive, in the order given, covering every position once.
+        assert [i for s, e in bounds for i in range(s, e)] == list(range(len(order)))
+        for s, e in bounds:
+            assert e > s
+            assert (e - s) * max(order[s:e]) <= max_tokens or e - s == 1  # a lone over-wide example
+        for s, e in bounds[:-1]:
+            assert (e - s + 1) * max(order[s : e + 1]) > max_tokens  # the next one did not fit: greedy
+
+
+def test_token_batches_cover_every_sentence_within_the_budget() -> None:
+    rng = random.Random(0)
+    lengths = [rng.randint(1, 40) for _ in range(300)]
+    for max_tokens in (1, 30, 100, 10_000):
+        batches = longest_first_batches(lengths, max_tokens)
+        assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))
+        for batch in batches:
+            widths = [lengths[i] for i in batch]
+            assert widths == sorted(widths, reverse=True)  # sorted by length
+            assert len(batch) == 1 or len(batch) * max(widths) <= max_tokens
+        if max_tokens == 1:
+            assert len(batches) == len(lengths)  # each too long for the budget: alone
+    assert longest_first_batches([], 10) == []
+    with pytest.raises(ValueError, match="at least 1"):
+        longest_first_batches([3], 0)
+    with pytest.raises(ValueError, match="at least 1"):
+        TokenBucketBatchSampler([3], None, max_tokens=0)
+
+
+def test_translator_batches_run_longest_first() -> None:
+    batches = longest_first_batches([2, 9, 4, 9, 1], 18)
+    assert batches[0] == [1, 3]  # the two widest, equal widths in input order
+    assert [i for b in batches for i in b] == [1, 3, 2, 0, 4]
+
+
+# ---------------------------------------------------------------------------------- the sampler
 
 
 @PROPS

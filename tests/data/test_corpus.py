@@ -10,6 +10,7 @@ import datasets
 import pytest
 
 from data import corpus as corpus_mod
+from data import lines as lines_mod
 from data.corpus import (
     HUB_SPLITS,
     MULTI30K_HUB_ID,
@@ -21,9 +22,10 @@ from data.corpus import (
     load_local_corpus,
     load_parallel_corpus,
     normalize_columns,
-    read_lines,
+    read_parallel_files,
     resolve_corpus_source,
 )
+from data.lines import LineMode, read_lines
 from tests.toy_text import make_pairs, write_split
 
 # Characters that str.splitlines() or universal newlines treat as line breaks.
@@ -48,7 +50,7 @@ def test_hostile_separators_stay_inside_lines(tmp_path: Path, suffix: str) -> No
         _write(tmp_path / f"{split}.de{suffix}", "".join(s + "\n" for s in src_lines))
         _write(tmp_path / f"{split}.en{suffix}", "".join(t + "\n" for t in tgt_lines))
 
-    assert read_lines(tmp_path / f"train.de{suffix}") == src_lines
+    assert read_lines(tmp_path / f"train.de{suffix}", LineMode.STRICT) == src_lines
     assert len("".join(s + "\n" for s in src_lines).splitlines()) > len(src_lines)  # the trap
 
     corpus = load_local_corpus(tmp_path, "de", "en")
@@ -56,23 +58,6 @@ def test_hostile_separators_stay_inside_lines(tmp_path: Path, suffix: str) -> No
         assert corpus[split]["src"] == src_lines
         assert corpus[split]["tgt"] == tgt_lines
         assert corpus[split]["id"] == list(range(len(src_lines)))
-
-
-def test_windows_line_endings_are_the_one_exception(tmp_path: Path) -> None:
-    crlf = _write(tmp_path / "crlf.txt", "eins\r\nzwei\r\n\r\n")
-    assert read_lines(crlf) == ["eins", "zwei", ""]
-    # A \r before \n in a file that is not wholly \r\n-terminated is data and is kept.
-    mixed = _write(tmp_path / "mixed.txt", "eins\r\nzwei\n")
-    assert read_lines(mixed) == ["eins\r", "zwei"]
-
-
-def test_final_newline_bom_and_empty_lines(tmp_path: Path) -> None:
-    assert read_lines(_write(tmp_path / "a", "x\ny")) == ["x", "y"]
-    assert read_lines(_write(tmp_path / "b", "x\ny\n")) == ["x", "y"]
-    assert read_lines(_write(tmp_path / "c", "x\n\n\ny\n")) == ["x", "", "", "y"]
-    assert read_lines(_write(tmp_path / "d", "\ufeffx\n")) == ["x"]
-    assert read_lines(_write(tmp_path / "e", "")) == []
-    assert read_lines(_write(tmp_path / "f", "\n")) == [""]
 
 
 def test_mismatched_line_counts_name_both_files_and_counts(tmp_path: Path) -> None:
@@ -91,7 +76,7 @@ def test_mismatched_line_counts_name_both_files_and_counts(tmp_path: Path) -> No
 def test_invalid_utf8_names_file_and_line(tmp_path: Path, suffix: str) -> None:
     path = _write(tmp_path / f"train.de{suffix}", b"gut\nauch gut\nkaputt \xff\xfe hier\nok\n")
     with pytest.raises(CorpusError) as err:
-        read_lines(path)
+        read_parallel_files(path, path)
     msg = str(err.value)
     assert str(path) in msg
     assert "line 3" in msg
@@ -333,40 +318,15 @@ def test_unreachable_explicit_hub_id_names_the_dataset(monkeypatch: pytest.Monke
 
 # ------------------------------------------------------------------ streaming in blocks
 
-TRICKY = [
-    b"",
-    b"\n",
-    b"eins\r\nzwei\r\n\r\n",  # a Windows file: \r removed
-    b"eins\r\nzwei\n",  # not wholly \r\n: kept
-    b"a\r\nb\r",  # unterminated last line ending in \r: a Windows file too
-    b"\xef\xbb\xbfmit bom\nzweite\n",
-    b"\xef\xbb\xbf",
-    "vor\u2028nach\x85x\x0cy\r\rz\nende".encode(),
-    "ä\nöü\r\n".encode() * 7,
-]
-
-
-@pytest.mark.parametrize("raw", TRICKY)
-@pytest.mark.parametrize("block", [1, 2, 3, 5, 1 << 24])
-def test_any_block_size_reads_the_same_lines(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raw: bytes, block: int
-) -> None:
-    path = _write(tmp_path / "f.txt.gz", raw)
-    expected = read_lines(path)  # the whole file in one block
-    monkeypatch.setattr(corpus_mod, "_BLOCK_BYTES", block)
-    blocks = list(corpus_mod.iter_line_blocks(path))
-    assert [line for b in blocks for line in b] == expected
-    assert all(blocks)  # no empty blocks
-
 
 def test_errors_at_scale_name_file_line_and_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(corpus_mod, "_BLOCK_BYTES", 64)  # many blocks, as in a large file
+    monkeypatch.setattr(lines_mod, "_BLOCK_BYTES", 64)  # many blocks, as in a large file
     lines = [f"zeile {i}" for i in range(200)]
     # Undecodable bytes deep into the file: the line is counted across blocks.
     bad = "".join(s + "\n" for s in lines[:150]).encode() + b"kaputt \xff\n" + b"ok\n"
     path = _write(tmp_path / "bad.de.gz", bad)
     with pytest.raises(CorpusError, match=r"bad\.de\.gz: invalid UTF-8 at line 151, byte 7"):
-        read_lines(path)
+        list(corpus_mod.iter_parallel_blocks(path, path))
     # Mismatched counts: both files counted to their ends although reading stops at the first.
     src = _write(tmp_path / "a.de", "".join(s + "\n" for s in lines))
     tgt = _write(tmp_path / "a.en.gz", "".join(s + "\n" for s in lines[:37]))
@@ -379,7 +339,7 @@ def test_errors_at_scale_name_file_line_and_counts(tmp_path: Path, monkeypatch: 
 def test_corrupt_gzip_names_file_and_line_reached(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str
 ) -> None:
-    monkeypatch.setattr(corpus_mod, "_BLOCK_BYTES", 256)
+    monkeypatch.setattr(lines_mod, "_BLOCK_BYTES", 256)
     text = "".join(f"{i} {' '.join(str(j * i) for j in range(30))}\n" for i in range(400))
     payload = bytearray(gzip.compress(text.encode(), mtime=0))
     if damage == "truncated":
@@ -390,7 +350,7 @@ def test_corrupt_gzip_names_file_and_line_reached(
     path.write_bytes(bytes(payload))
     read = []
     with pytest.raises(CorpusError, match=r"train\.de\.gz: corrupt or truncated gzip data after line") as err:
-        for block in corpus_mod.iter_line_blocks(path):
+        for block, _ in corpus_mod.iter_parallel_blocks(path, path):
             read += block
     assert len(read) > 0  # it failed part-way, after some blocks
     assert f"after line {len(read)}:" in str(err.value)  # the last line read whole

@@ -14,6 +14,7 @@ import pytest
 
 from data import arrow_pairs
 from data import corpus as corpus_mod
+from data import lines as lines_mod
 from data import tokenizer as tok_mod
 from data.datamodule import TranslationDataModule
 from data.tokenizer import SubwordTokenizer
@@ -32,7 +33,7 @@ def _kill_self(*args: object, **kwargs: object) -> None:
 
 
 def _corpus_killed_midway(m: pytest.MonkeyPatch) -> None:
-    m.setattr(corpus_mod, "_BLOCK_BYTES", 1024)  # several blocks per file
+    m.setattr(lines_mod, "_BLOCK_BYTES", 1024)  # several blocks per file
     blocks = corpus_mod.iter_parallel_blocks
 
     def two_blocks_then_die(*args: object):  # noqa: ANN202
@@ -149,7 +150,7 @@ def test_full_disk_while_writing_the_corpus_or_the_model(
     tiny_corpus_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cache = tmp_path / "cache"
-    monkeypatch.setattr(corpus_mod, "_BLOCK_BYTES", 1024)
+    monkeypatch.setattr(lines_mod, "_BLOCK_BYTES", 1024)
     disk = _DiskFullAfter(2)
     new_stream = pa.ipc.new_stream
 

@@ -36,3 +36,30 @@ def test_mismatched_shapes_and_empty_lists_are_errors(tmp_path):
         average_checkpoints([tmp_path / "a.ckpt", tmp_path / "b.ckpt"], tmp_path / "avg.ckpt")
     with pytest.raises(ValueError, match="no checkpoints"):
         average_checkpoints([], tmp_path / "avg.ckpt")
+
+
+def test_a_failed_average_leaves_no_file_or_the_previous_one(tmp_path, monkeypatch):
+    paths = [tmp_path / f"{i}.ckpt" for i in range(2)]
+    for i, p in enumerate(paths):
+        _checkpoint(p, scale=float(i + 1), step=i)
+    save = torch.save
+
+    def save_half_then_fail(obj, f):
+        save(obj, f)
+        f.seek(f.tell() // 2)
+        f.truncate()
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(torch, "save", save_half_then_fail)
+    out = tmp_path / "avg.ckpt"
+    with pytest.raises(OSError, match="No space"):
+        average_checkpoints(paths, out)
+    assert sorted(tmp_path.iterdir()) == paths  # no averaged.ckpt, no temporary file
+    monkeypatch.setattr(torch, "save", save)
+    average_checkpoints(paths[:1], out)
+    before = out.read_bytes()
+    monkeypatch.setattr(torch, "save", save_half_then_fail)
+    with pytest.raises(OSError, match="No space"):
+        average_checkpoints(paths, out)
+    assert out.read_bytes() == before
+    assert sorted(tmp_path.iterdir()) == sorted([*paths, out])

@@ -22,6 +22,7 @@ from torch._dynamo.utils import counters
 
 from data.datamodule import TranslationDataModule
 from tests.toy_text import write_toy_corpus
+from training import averaging, pipeline
 from training.module import DEFAULT_OPTIMIZER, TranslationModule
 from training.pipeline import train
 from transformer import TransformerConfig
@@ -215,6 +216,28 @@ def test_resumed_run_equals_a_straight_run(toy, tmp_path):
     assert straight.keys() == resumed.keys()
     for name in straight:
         torch.testing.assert_close(resumed[name], straight[name], rtol=0, atol=0, msg=name)
+
+
+def test_every_checkpoint_of_a_run_goes_through_the_atomic_writer(toy, tmp_path, monkeypatch):
+    written: list[Path] = []
+
+    def recording(module):
+        real = module.atomic_write
+
+        def atomic_write(path):
+            written.append(Path(path))
+            return real(path)
+
+        monkeypatch.setattr(module, "atomic_write", atomic_write)
+
+    recording(pipeline)
+    recording(averaging)
+    out = tmp_path / "run"
+    overrides = [*toy_overrides(*toy), "trainer.max_epochs=2", "average_last=2", "test=false"]
+    train(compose_config(overrides, out))
+    checkpoints = sorted((out / "checkpoints").iterdir())
+    assert {p.name for p in checkpoints} >= {"last.ckpt", "averaged.ckpt", "epoch000.ckpt", "epoch001.ckpt"}
+    assert set(written) >= set(checkpoints)  # every file there came through the atomic writer
 
 
 @pytest.mark.slow

@@ -66,6 +66,18 @@ def test_checkpoint_follows_the_contract(good: Path, protos: dict[str, bytes]) -
     }
 
 
+def test_a_failed_write_leaves_the_previous_checkpoint(good: Path, protos: dict[str, bytes]) -> None:
+    before = good.read_bytes()
+    model = model_for(protos["src"], protos["tgt"])
+    fields = inference_fields(protos["src"], protos["tgt"], "de", "en")
+    # torch.save stops midway: a hyperparameter it cannot pickle.
+    with pytest.raises(Exception, match="lambda|pickle"):
+        write_checkpoint(good, model, fields, {"not_plain": lambda: None})
+    assert good.read_bytes() == before
+    assert sorted(p.name for p in good.parent.iterdir()) == [good.name]
+    assert Translator.from_checkpoint(good).translate(["ein"]) is not None
+
+
 def test_from_checkpoint_restores_model_and_tokenizers(good: Path) -> None:
     saved = torch.load(good, map_location="cpu", weights_only=True)
     translator = Translator.from_checkpoint(good, "cpu")

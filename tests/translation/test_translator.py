@@ -1,43 +1,22 @@
-"""Token batches and the Translator, on a random tiny model (properties, not goldens)."""
+"""The Translator, on a random tiny model (properties, not goldens); its batches: test_batching.py."""
 
 from __future__ import annotations
 
 import logging
-import random
 
 import pytest
 import torch
 
 import translation.translator as translator_module
 from bench.uncached import Recomputing
+from data.lines import LINE_BREAKS
 from data.tokenizer import SubwordTokenizer
 from tests.toy_text import LEXICON, toy_pairs, train_word_spm
 from tests.transformer.helpers import tiny_model
 from translation.checkpoint import inference_fields, write_checkpoint
-from translation.lines import LINE_BREAKS
-from translation.translator import SearchOptions, Translator, resolve_device, token_batches
+from translation.translator import SearchOptions, Translator, resolve_device
 
 CPU = torch.device("cpu")
-
-# ---------------------------------------------------------------------------- token_batches
-
-
-def test_token_batches_cover_every_sentence_within_the_budget() -> None:
-    rng = random.Random(0)
-    lengths = [rng.randint(1, 40) for _ in range(300)]
-    for max_tokens in (1, 30, 100, 10_000):
-        batches = token_batches(lengths, max_tokens)
-        assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))
-        for batch in batches:
-            widths = [lengths[i] for i in batch]
-            assert widths == sorted(widths, reverse=True)  # sorted by length
-            assert len(batch) == 1 or len(batch) * max(widths) <= max_tokens
-        if max_tokens == 1:
-            assert len(batches) == len(lengths)  # each too long for the budget: alone
-    assert token_batches([], 10) == []
-    with pytest.raises(ValueError, match="at least 1"):
-        token_batches([3], 0)
-
 
 # ------------------------------------------------------------------------------- Translator
 
