@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +20,8 @@ import datasets
 import numpy as np
 import pyarrow as pa
 from datasets.table import InMemoryTable
+
+from data.atomic import atomic_write
 
 # The columns of every split: the row's line number (0-based, before filtering), source, target.
 FEATURES = datasets.Features(
@@ -84,54 +86,62 @@ def write_pairs(
     Args:
         blocks: ``(ids or None, sources, targets)`` per block, aligned; ``None`` ids number the
             rows consecutively from 0.
-        path: the Arrow file to write (its directory must exist); ``None``: keep the table in
-            memory (small corpora, tests).
+        path: the Arrow file to write (its directory must exist), written whole or not at all
+            (:func:`data.atomic.atomic_write`); ``None``: keep the table in memory (small
+            corpora, tests).
         drop_blank: drop pairs with an empty or whitespace-only side (training split).
 
     Returns:
         The split, memory-mapped from ``path`` where given, and its :class:`SplitStats`.
     """
-    schema = FEATURES.arrow_schema
     stats = SplitStats()
-    h = hashlib.sha256()
-    writer = pa.ipc.new_stream(str(path), schema) if path is not None else None
-    in_memory: list[pa.RecordBatch] = []
     tick = time.perf_counter()
-    try:
-        for ids, sources, targets in blocks:
-            n = len(sources)
-            if ids is None:
-                ids = np.arange(stats.rows, stats.rows + n, dtype=np.int64)
-            stats.rows += n
-            if drop_blank:
-                t0 = time.perf_counter()
-                keep, empty, blank = blank_mask(sources, targets)
-                stats.empty += empty
-                stats.blank += blank
-                if empty or blank:
-                    ids = np.asarray(ids)[keep]
-                    sources = [s for s, k in zip(sources, keep, strict=True) if k]
-                    targets = [t for t, k in zip(targets, keep, strict=True) if k]
-                stats.seconds["filter"] += time.perf_counter() - t0
-            columns = [
-                pa.array(np.asarray(ids, dtype=np.int64)),
-                pa.array(sources, type=pa.string()),
-                pa.array(targets, type=pa.string()),
-            ]
-            for column in columns:
-                _hash_array(h, column)
-            batch = pa.RecordBatch.from_arrays(columns, schema=schema)
-            stats.kept += n if not drop_blank else len(sources)
-            if writer is not None:
-                writer.write_batch(batch)
-            else:
-                in_memory.append(batch)
-    finally:
-        if writer is not None:
-            writer.close()
-    stats.digest = h.hexdigest()
-    stats.seconds["read"] = time.perf_counter() - tick - stats.seconds["filter"]
     if path is None:
-        table = InMemoryTable(pa.Table.from_batches(in_memory, schema=schema))
-        return datasets.Dataset(table), stats
-    return datasets.Dataset.from_file(str(path)), stats
+        in_memory: list[pa.RecordBatch] = []
+        _write_blocks(blocks, in_memory.append, drop_blank, stats)
+        dataset = datasets.Dataset(
+            InMemoryTable(pa.Table.from_batches(in_memory, schema=FEATURES.arrow_schema))
+        )
+    else:
+        with atomic_write(path) as f, pa.ipc.new_stream(f, FEATURES.arrow_schema) as writer:
+            _write_blocks(blocks, writer.write_batch, drop_blank, stats)
+        dataset = datasets.Dataset.from_file(str(path))
+    stats.seconds["read"] = time.perf_counter() - tick - stats.seconds["filter"]
+    return dataset, stats
+
+
+def _write_blocks(
+    blocks: Iterable[tuple[np.ndarray | None, list[str], list[str]]],
+    write: Callable[[pa.RecordBatch], None],
+    drop_blank: bool,
+    stats: SplitStats,
+) -> None:
+    """Filter, hash and hand each block to ``write`` as one record batch; fill in ``stats``."""
+    schema = FEATURES.arrow_schema
+    h = hashlib.sha256()
+    for ids, sources, targets in blocks:
+        n = len(sources)
+        if ids is None:
+            ids = np.arange(stats.rows, stats.rows + n, dtype=np.int64)
+        stats.rows += n
+        if drop_blank:
+            t0 = time.perf_counter()
+            keep, empty, blank = blank_mask(sources, targets)
+            stats.empty += empty
+            stats.blank += blank
+            if empty or blank:
+                ids = np.asarray(ids)[keep]
+                sources = [s for s, k in zip(sources, keep, strict=True) if k]
+                targets = [t for t, k in zip(targets, keep, strict=True) if k]
+            stats.seconds["filter"] += time.perf_counter() - t0
+        columns = [
+            pa.array(np.asarray(ids, dtype=np.int64)),
+            pa.array(sources, type=pa.string()),
+            pa.array(targets, type=pa.string()),
+        ]
+        for column in columns:
+            _hash_array(h, column)
+        batch = pa.RecordBatch.from_arrays(columns, schema=schema)
+        stats.kept += n if not drop_blank else len(sources)
+        write(batch)
+    stats.digest = h.hexdigest()

@@ -1,36 +1,28 @@
 """Cache entries that are complete or absent, prepared by one process at a time.
 
-An entry is built under a temporary name beside its final one and renamed into place in one step
-(:func:`publish`), so a process killed at any point (``kill -9``, a full disk) leaves either the
-complete entry or none: a stray temporary, which no reader takes for an entry and the next
-:func:`staging_path` of the same entry removes. :func:`exclusive` serializes the processes that
-prepare the same cache (the ranks of a DDP job started by ``torchrun`` or SLURM all call
-``prepare_data``): the first prepares, the others wait and then find the entries complete.
+Every file of an entry is written by :func:`data.atomic.atomic_write` (a temporary beside it,
+renamed when whole), and an entry made of several files is complete only once its marker file,
+written last, exists. So a process killed at any point (``kill -9``, a full disk) leaves no entry
+that a later run takes for complete: at most temporaries, which :func:`remove_temporaries` clears
+before the entry is built again. :func:`exclusive` serializes the processes that prepare the same
+entry (the ranks of a DDP job started by ``torchrun`` or SLURM all call ``prepare_data``): the
+first builds it, the others wait and then find it complete. The lock is released by the kernel
+when its holder dies, so a killed preparer never blocks the next run.
 """
 
 from __future__ import annotations
 
 import fcntl
-import os
-import secrets
-import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
-
-T = TypeVar("T")
 
 
 @contextmanager
-def exclusive(lock_file: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``lock_file`` (created if missing) for the ``with`` block.
-
-    The lock is released by the kernel when the process dies, so a killed preparer never blocks
-    the next run.
-    """
-    lock_file.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_file, "a+b") as f:
+def exclusive(entry: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` for ``entry`` (on ``.<name>.lock`` beside it) for the ``with`` block."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    with open(entry.parent / f".{entry.name}.lock", "a+b") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
@@ -38,54 +30,10 @@ def exclusive(lock_file: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def staging_path(final: Path) -> Path:
-    """A fresh temporary path beside ``final`` (same file system, so the rename is atomic).
+def remove_temporaries(path: Path) -> None:
+    """Remove the temporaries that killed writers of ``path`` left (``atomic_write``'s ``.<name>.*.tmp``).
 
-    Temporaries left by killed runs of the same entry are removed first; call it while holding
-    :func:`exclusive`, so that no live preparer's temporary is removed.
+    Call it holding :func:`exclusive` for the entry, so that no live writer's temporary goes.
     """
-    final.parent.mkdir(parents=True, exist_ok=True)
-    for stale in final.parent.glob(f".{final.name}.tmp-*"):
-        shutil.rmtree(stale) if stale.is_dir() else stale.unlink(missing_ok=True)
-    return final.parent / f".{final.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-
-
-def publish(staged: Path, final: Path) -> None:
-    """Move a complete ``staged`` file or directory to ``final`` in one step.
-
-    A directory that is already in place (built by another process meanwhile) is kept and
-    ``staged`` is removed.
-    """
-    try:
-        os.replace(staged, final)
-    except OSError:
-        if not final.is_dir():
-            raise
-        shutil.rmtree(staged)
-
-
-def build_once(entry: Path, build: Callable[[Path], T]) -> T | None:
-    """Build the directory ``entry`` unless it is complete already; one process at a time.
-
-    Args:
-        entry: the cache entry (a directory) to make.
-        build: fills the (existing, empty) directory it is given; its result is returned.
-
-    Returns:
-        ``build``'s result where this call built the entry; ``None`` where it was complete
-        already (possibly built by another process this call waited for).
-    """
-    if entry.is_dir():
-        return None
-    with exclusive(entry.parent / f".{entry.name}.lock"):
-        if entry.is_dir():
-            return None
-        staged = staging_path(entry)
-        staged.mkdir()
-        try:
-            result = build(staged)
-        except BaseException:
-            shutil.rmtree(staged, ignore_errors=True)
-            raise
-        publish(staged, entry)
-        return result
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+        stale.unlink(missing_ok=True)

@@ -39,7 +39,8 @@ from datasets.exceptions import DatasetNotFoundError
 from huggingface_hub.errors import LocalEntryNotFoundError
 
 from data.arrow_pairs import write_pairs
-from data.cache import build_once
+from data.atomic import atomic_write
+from data.cache import exclusive, remove_temporaries
 from data.lines import CorruptFileError, UndecodableLineError, iter_line_blocks
 
 logger = logging.getLogger(__name__)
@@ -280,6 +281,8 @@ def _split_names(train_split: str, valid_split: str, test_split: str) -> dict[st
 
 # Bump when reading or filtering rules change, so old corpus cache entries are not reused.
 _CORPUS_CACHE_VERSION = "1"
+# The last file written into a corpus cache entry; the entry is complete once it exists.
+_COMPLETE = "complete.json"
 # Rows per block when a hub split is streamed into the corpus cache.
 _HUB_BLOCK_ROWS = 50_000
 
@@ -526,8 +529,9 @@ def prepare_corpus(
     written as it comes (:func:`data.arrow_pairs.write_pairs`), so memory stays bounded whatever
     the corpus size. With ``cache_dir`` the splits go to ``<cache_dir>/corpus/<key>/``, ``key``
     naming the source and each local file's path, size and modification time (a hub split's
-    ``datasets`` fingerprint); the entry is complete or absent (:mod:`data.cache`), and a second
-    call with the same files maps it without reading anything. Over-long pairs are dropped later,
+    ``datasets`` fingerprint); its files are written whole or not at all and a marker written last
+    says it is complete (:mod:`data.cache`), and a second call with the same files maps it
+    without reading anything. Over-long pairs are dropped later,
     once lengths in subwords are known (:func:`drop_long_pairs`). Validation and test are never
     filtered: they are scored against their references line by line.
 
@@ -594,6 +598,8 @@ def prepare_corpus(
         splits, digests, seconds = {}, {}, {"read": 0.0, "filter": 0.0}
         for name in SPLITS:
             path = None if directory is None else directory / f"{name}.arrow"
+            if path is not None:
+                remove_temporaries(path)
             splits[name], stats = write_pairs(blocks(name), path, drop_blank=name == "train")
             digests[name] = stats.digest
             for stage, value in stats.seconds.items():
@@ -608,23 +614,26 @@ def prepare_corpus(
                     stats.empty,
                     stats.blank,
                 )
-        if directory is not None:
+        if directory is not None:  # the marker, last: only now is the entry complete
             meta = {"digests": digests, "sizes": {k: len(v) for k, v in splits.items()}}
-            (directory / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+            with atomic_write(directory / _COMPLETE) as f:
+                f.write((json.dumps(meta, indent=2) + "\n").encode())
         return PreparedCorpus(datasets.DatasetDict(splits), digests, seconds, reused=False)
 
     if cache_dir is None:
         return build(None)
     entry = Path(cache_dir) / "corpus" / _source_key(source, src_lang, tgt_lang, identity)
-    built = build_once(entry, lambda staged: build(staged))
-    meta = json.loads((entry / "meta.json").read_text())
+    if not (entry / _COMPLETE).is_file():
+        with exclusive(entry):
+            if not (entry / _COMPLETE).is_file():
+                entry.mkdir(parents=True, exist_ok=True)
+                return build(entry)
+    meta = json.loads((entry / _COMPLETE).read_text())
     splits = datasets.DatasetDict(
         {name: datasets.Dataset.from_file(str(entry / f"{name}.arrow")) for name in SPLITS}
     )
-    if built is None:
-        logger.info("reusing corpus %s (%s)", entry, ", ".join(f"{k} {v}" for k, v in meta["sizes"].items()))
-        return PreparedCorpus(splits, meta["digests"], {"read": 0.0, "filter": 0.0}, reused=True)
-    return PreparedCorpus(splits, meta["digests"], built.seconds, reused=False)
+    logger.info("reusing corpus %s (%s)", entry, ", ".join(f"{k} {v}" for k, v in meta["sizes"].items()))
+    return PreparedCorpus(splits, meta["digests"], {"read": 0.0, "filter": 0.0}, reused=True)
 
 
 def load_parallel_corpus(

@@ -12,13 +12,13 @@ the exact vocabulary it was trained with.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
+import itertools
 import json
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,6 +29,7 @@ from data.atomic import atomic_write
 
 if TYPE_CHECKING:  # imported lazily: translate.py uses this module and should start fast
     import datasets
+    import pyarrow as pa
 
 logger = logging.getLogger(__name__)
 
@@ -231,7 +232,7 @@ def train_or_load_sentencepiece(
         content_key: identifies the training text (e.g. the corpus digest and side), so the
             texts need not be hashed; ``None``: the texts are hashed.
     """
-    from data.cache import exclusive  # lazy: translate.py imports this module
+    from data.cache import exclusive, remove_temporaries  # lazy: translate.py imports this module
 
     settings = {
         "version": _CACHE_VERSION,
@@ -249,8 +250,10 @@ def train_or_load_sentencepiece(
         n = sum(len(part) for part in texts)
     path = Path(cache_dir) / "spm" / f"{h.hexdigest()[:32]}.model"
     if not path.is_file():
-        with exclusive(path.parent / f".{path.name}.lock"):
+        with exclusive(path):
             if not path.is_file():
+                remove_temporaries(path)
+                remove_temporaries(path.with_suffix(".vocab"))
                 sample = sample_sentences(texts, input_sentence_size) if content_key else texts
                 logger.info(
                     "training SentencePiece (%s, %d) on %d of %d sentences",
@@ -403,19 +406,19 @@ def tokenize_split(
     batch_size: int = 50_000,
     content_key: str | None = None,
 ) -> datasets.Dataset:
-    """Add subword ids and lengths with ``datasets.map(batched=True)``, cached on disk.
+    """Add subword ids and lengths, a block of rows at a time, into a memory-mapped Arrow file.
 
     The cache file is keyed by the split's content (``id``, ``src``, ``tgt``) and both models'
-    bytes, so the same text with the same models is read back instead of re-encoded. ``map``
-    writes it under a temporary name and renames it when complete, and one process at a time
-    encodes a given split (:func:`data.cache.exclusive`); the others wait and map the file.
+    bytes, so the same text with the same models is read back instead of re-encoded. It is written
+    whole or not at all (:func:`data.atomic.atomic_write`), and one process at a time encodes a
+    given split (:func:`data.cache.exclusive`); the others wait and map the file.
 
     Args:
         dataset: columns ``id``, ``src``, ``tgt``.
         src_tokenizer: source model.
         tgt_tokenizer: target model.
         cache_dir: cache root (``<cache_dir>/tokenized/<key>.arrow``); ``None`` keeps it in memory.
-        batch_size: rows per ``map`` call, and per record batch of the cache file (large
+        batch_size: rows encoded at a time, and per record batch of the cache file (large
             record batches keep the loader's gathers few: :class:`data.batching.TokenizedPairs`).
         content_key: identifies the split's content (e.g. its corpus digest), so that it need
             not be hashed; ``None``: hashed here, one pass over the text.
@@ -426,16 +429,10 @@ def tokenize_split(
         (``len(tgt_ids) + 1``, the width of the decoder input and target).
     """
     import datasets  # noqa: F811 (lazy: see the module's imports)
+    import pyarrow as pa
+    from datasets.table import InMemoryTable
 
-    def encode(batch: dict) -> dict:
-        src = [ids + [EOS_ID] for ids in src_tokenizer.encode(batch["src"])]
-        tgt = tgt_tokenizer.encode(batch["tgt"])
-        return {
-            "src_ids": src,
-            "tgt_ids": tgt,
-            "src_len": [len(s) for s in src],
-            "tgt_len": [len(t) + 1 for t in tgt],
-        }
+    from data.cache import exclusive, remove_temporaries
 
     h = hashlib.sha256(f"{_CACHE_VERSION}|{src_tokenizer.fingerprint}|{tgt_tokenizer.fingerprint}".encode())
     if content_key is not None:
@@ -446,14 +443,35 @@ def tokenize_split(
             _hash_texts(h, batch["src"])
             _hash_texts(h, batch["tgt"])
     key = h.hexdigest()[:32]
-    cache_file = lock = None
-    if cache_dir is not None:
-        from data.cache import exclusive
+    schema = _TOKENIZED_FEATURES().arrow_schema
 
-        (Path(cache_dir) / "tokenized").mkdir(parents=True, exist_ok=True)
-        cache_file = str(Path(cache_dir) / "tokenized" / f"{key}.arrow")
-        lock = exclusive(Path(cache_dir) / "tokenized" / f".{key}.arrow.lock")
-    features = datasets.Features(
+    def encoded() -> Iterator[pa.RecordBatch]:
+        for batch in dataset.with_format("arrow").iter(batch_size=batch_size):
+            src = _id_lists(src_tokenizer.encode(batch.column("src").to_pylist()), append=EOS_ID)
+            tgt = _id_lists(tgt_tokenizer.encode(batch.column("tgt").to_pylist()))
+            columns = [batch.column("id").combine_chunks(), src, tgt]
+            lengths = [src.value_lengths(), pa.array(tgt.value_lengths().to_numpy() + 1, type=pa.int32())]
+            yield pa.RecordBatch.from_arrays(columns + lengths, schema=schema)
+
+    if cache_dir is None:
+        table = pa.Table.from_batches(list(encoded()), schema=schema)
+        return datasets.Dataset(InMemoryTable(table))
+    path = Path(cache_dir) / "tokenized" / f"{key}.arrow"
+    if not path.is_file():
+        with exclusive(path):
+            if not path.is_file():
+                remove_temporaries(path)
+                logger.info("tokenizing %d pairs into %s", len(dataset), path)
+                with atomic_write(path) as f, pa.ipc.new_stream(f, schema) as writer:
+                    for record_batch in encoded():
+                        writer.write_batch(record_batch)
+    return datasets.Dataset.from_file(str(path))
+
+
+def _TOKENIZED_FEATURES() -> datasets.Features:  # noqa: N802 (a constant, built lazily)
+    import datasets  # noqa: F811
+
+    return datasets.Features(
         {
             "id": datasets.Value("int64"),
             "src_ids": datasets.List(datasets.Value("int32")),
@@ -462,16 +480,30 @@ def tokenize_split(
             "tgt_len": datasets.Value("int32"),
         }
     )
-    with lock or contextlib.nullcontext():
-        return dataset.map(
-            encode,
-            batched=True,
-            batch_size=batch_size,
-            writer_batch_size=batch_size,
-            remove_columns=["src", "tgt"],
-            features=features,
-            cache_file_name=cache_file,
-            load_from_cache_file=True,
-            new_fingerprint=key,
-            desc="tokenize",
-        )
+
+
+def _id_lists(ids: list[list[int]], append: int | None = None) -> pa.ListArray:
+    """Lists of ids as an Arrow ``list<int32>`` column, ``append`` added to each, without per-id Python work.
+
+    Args:
+        ids: ``batch`` lists of ids.
+        append: an id added at the end of every list (EOS), or ``None``.
+
+    Returns:
+        ``[batch]`` list array.
+    """
+    import pyarrow as pa
+
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
+    if append is not None:
+        ends = np.cumsum(lengths + 1) - 1  # where each list's extra id goes
+        out = np.empty(len(flat) + len(ids), dtype=np.int32)
+        keep = np.ones(len(out), dtype=bool)
+        keep[ends] = False
+        out[keep] = flat
+        out[ends] = append
+        flat, lengths = out, lengths + 1
+    offsets = np.zeros(len(ids) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))

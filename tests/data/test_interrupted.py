@@ -9,10 +9,9 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
-from data import arrow_pairs
+from data import atomic as atomic_mod
 from data import corpus as corpus_mod
 from data import lines as lines_mod
 from data import tokenizer as tok_mod
@@ -78,7 +77,7 @@ def _prepare_in_a_child(corpus_dir: Path, cache: Path, sabotage: Callable[[pytes
 def _complete_entries(cache: Path) -> dict[str, list[str]]:
     """What a later run would take for complete (hidden temporaries and locks excluded)."""
     return {
-        "corpus": sorted(p.name for p in (cache / "corpus").glob("[!.]*")),
+        "corpus": sorted(p.parent.name for p in (cache / "corpus").glob("*/complete.json")),
         "spm": sorted(p.name for p in (cache / "spm").glob("[!.]*.model")),
         "tokenized": sorted(p.name for p in (cache / "tokenized").glob("[!.]*.arrow")),
     }
@@ -128,69 +127,61 @@ def test_kill_9_at_each_stage_then_the_next_run_redoes_it(
     assert len(writes) == (3 if stage == "corpus" else 0)  # redone only where missing
     assert len(trainings) == (1 if stage in ("corpus", "spm") else 0)
     assert _complete_entries(cache) == complete
-    assert not [p for p in cache.rglob(".*.tmp-*")]  # the killed run's temporaries are gone
+    assert not list(cache.rglob(".*.tmp"))  # the killed run's temporaries are gone
     assert dm.src_tokenizer.fingerprint == reference.src_tokenizer.fingerprint
     ids = sorted(i for b in dm.train_dataloader() for i in b["ids"].tolist())
     assert ids == sorted(i for b in reference.train_dataloader() for i in b["ids"].tolist())
 
 
-class _DiskFullAfter:
-    """A stand-in for a file writer whose disk fills up after ``n`` writes."""
+def _disk_fills_after(m: pytest.MonkeyPatch, writes: int) -> None:
+    """Files opened by the atomic writer accept ``writes`` writes, then fail as on a full disk."""
+    fdopen = os.fdopen
+    left = [writes]
 
-    def __init__(self, n: int) -> None:
-        self.left = n
+    def filling_fdopen(*args: object, **kwargs: object):  # noqa: ANN202
+        f = fdopen(*args, **kwargs)
+        write = f.write
 
-    def check(self) -> None:
-        self.left -= 1
-        if self.left < 0:
-            raise OSError(errno.ENOSPC, "No space left on device")
+        def write_until_full(payload: bytes) -> int:
+            left[0] -= 1
+            if left[0] < 0:
+                write(bytes(payload)[: len(payload) // 2])
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return write(payload)
+
+        f.write = write_until_full
+        return f
+
+    m.setattr(atomic_mod.os, "fdopen", filling_fdopen)
 
 
 def test_full_disk_while_writing_the_corpus_or_the_model(
     tiny_corpus_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cache = tmp_path / "cache"
-    monkeypatch.setattr(lines_mod, "_BLOCK_BYTES", 1024)
-    disk = _DiskFullAfter(2)
-    new_stream = pa.ipc.new_stream
-
-    class FillingWriter:
-        def __init__(self, *args: object) -> None:
-            self.inner = new_stream(*args)
-
-        def write_batch(self, batch: pa.RecordBatch) -> None:
-            disk.check()
-            self.inner.write_batch(batch)
-
-        def close(self) -> None:
-            self.inner.close()
-
+    monkeypatch.setattr(lines_mod, "_BLOCK_BYTES", 1024)  # several record batches per split
     with monkeypatch.context() as m:
-        m.setattr(arrow_pairs.pa.ipc, "new_stream", FillingWriter)
+        _disk_fills_after(m, 3)
         with pytest.raises(OSError, match="No space left"):
             _datamodule(tiny_corpus_dir, cache).prepare_data()
     assert _complete_entries(cache)["corpus"] == []
-    assert list(cache.rglob(".*.tmp-*")) == []  # the half-written entry was removed at once
+    assert list(cache.rglob(".*.tmp")) == []  # the half-written file was removed at once
 
-    fdopen = os.fdopen
+    real_train = tok_mod.train_sentencepiece
 
-    def filling_fdopen(*args: object, **kwargs: object):  # noqa: ANN202
-        f = fdopen(*args, **kwargs)
-        write = f.write
-
-        def write_half(payload: bytes) -> int:
-            write(payload[: len(payload) // 2])
-            raise OSError(errno.ENOSPC, "No space left on device")
-
-        f.write = write_half
-        return f
+    def train_then_fill_the_disk(*args: object, **kwargs: object) -> SubwordTokenizer:
+        tokenizer = real_train(*args, **kwargs)
+        _disk_fills_after(monkeypatch, 0)  # the corpus is written; the model finds the disk full
+        return tokenizer
 
     with monkeypatch.context() as m:
-        m.setattr(tok_mod.os, "fdopen", filling_fdopen)
+        m.setattr(tok_mod, "train_sentencepiece", train_then_fill_the_disk)
         with pytest.raises(OSError, match="No space left"):
             _datamodule(tiny_corpus_dir, cache).prepare_data()
+    monkeypatch.undo()
     left = _complete_entries(cache)
     assert len(left["corpus"]) == 1 and left["spm"] == []  # corpus kept, no half model
+    assert list(cache.rglob(".*.tmp")) == []
 
     dm = _datamodule(tiny_corpus_dir, cache)
     dm.setup("fit")
