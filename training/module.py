@@ -107,7 +107,8 @@ def token_losses(
         [batch, tgt_len] losses, 0 at padding.
     """
     logits = model(src, tgt_in)  # (B, T, V)
-    # Flat (B*T, V) rows: 1.65x faster than the (B, V, T) layout on the CPU (bench/ profile).
+    # Flat (B*T, V) rows: faster than the (B, V, T) layout on the CPU (BENCHMARKS.md, "Found while
+    # profiling, and what became of it").
     return F.cross_entropy(
         logits.float().flatten(0, 1),
         tgt_out.flatten(),

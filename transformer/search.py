@@ -64,7 +64,8 @@ def _top_log_probs(logits: Tensor, n: int) -> tuple[Tensor, Tensor]:
     ``logits`` is overwritten (with the probabilities) when contiguous.
 
     The normaliser comes from one softmax instead of a log-softmax or logsumexp over the
-    vocabulary (2-4x slower on the CPU at [160, 8000]): with m the row's largest logit and p_max
+    vocabulary, which are slower on the CPU (BENCHMARKS.md, "Decoding speed" and "What was tried
+    that did not help"): with m the row's largest logit and p_max
     its probability, log p(w) = logit(w) - m + log p_max, where p_max >= 1 / V loses no precision
     (in bf16 the softmax sums in fp32 and rounds p_max by at most 0.4%, below the logits' own
     rounding).

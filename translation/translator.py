@@ -192,7 +192,7 @@ class Translator:
             path: the ``.ckpt`` file (``best``, ``last`` or ``averaged``).
             device: where the model runs, e.g. ``"cpu"``, ``"cuda"``, ``"cuda:1"``.
             dtype: the weights' type: ``torch.bfloat16`` halves their memory and is faster on
-                CPUs with AVX512-BF16 and on recent GPUs (BENCHMARKS.md, "Decoding"); scores
+                CPUs with AVX512-BF16 and on recent GPUs (BENCHMARKS.md, "Decoding speed"); scores
                 and the search's bookkeeping stay in fp32.
 
         Raises:
