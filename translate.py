@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from data.lines import LineMode, decode_lines
 from translation.checkpoint import CheckpointError
-from translation.translator import SearchOptions, Translation, Translator
+from translation.translator import DEFAULT_MAX_TOKENS, SearchOptions, Translation, Translator
 from translation.workers import WorkerPool
 
 logger = logging.getLogger("translate")
@@ -37,6 +37,8 @@ logger = logging.getLogger("translate")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 PROG = "translate.py"
+
+DEFAULTS = SearchOptions()  # the search options' defaults, shown in --help
 
 
 class UsageError(Exception):
@@ -92,16 +94,16 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument(
         "--beam-size",
         type=int,
-        default=5,
+        default=DEFAULTS.beam_size,
         metavar="K",
-        help="beam width (default: 5; 1 is greedy with scores)",
+        help="beam width (default: %(default)s; 1 is greedy with scores)",
     )
     search.add_argument(
         "--nbest",
         type=int,
-        default=1,
+        default=DEFAULTS.nbest,
         metavar="N",
-        help="hypotheses per line for --nbest-output (default: 1)",
+        help="hypotheses per line for --nbest-output (default: %(default)s)",
     )
     search.add_argument(
         "--greedy", action="store_true", help="greedy search: fastest, no scores, ignores --beam-size"
@@ -109,27 +111,32 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument(
         "--length-penalty",
         type=float,
-        default=0.6,
+        default=DEFAULTS.alpha,
         metavar="ALPHA",
-        help="GNMT length penalty: score = log P / ((5 + length) / 6) ** ALPHA (default: 0.6; 0: none)",
+        help="GNMT length penalty: score = log P / ((5 + length) / 6) ** ALPHA (default: %(default)s; "
+        "0: none)",
     )
     search.add_argument(
         "--max-len-a",
         type=float,
-        default=1.5,
+        default=DEFAULTS.max_len_a,
         metavar="A",
-        help="at most A * source_length + B output tokens (default: 1.5)",
+        help="at most A * source_length + B output tokens (default: %(default)s)",
     )
     search.add_argument(
-        "--max-len-b", type=int, default=10, metavar="B", help="see --max-len-a (default: 10)"
+        "--max-len-b",
+        type=int,
+        default=DEFAULTS.max_len_b,
+        metavar="B",
+        help="see --max-len-a (default: %(default)s)",
     )
     search.add_argument(
         "--max-tokens",
         type=int,
-        default=4096,
+        default=DEFAULT_MAX_TOKENS,
         metavar="N",
         help="batch lines sorted by length so that each batch has at most N padded source tokens; "
-        "output order is the input order (default: 4096)",
+        "output order is the input order (default: %(default)s)",
     )
     run = parser.add_argument_group("running")
     run.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")

@@ -1,14 +1,13 @@
 """CTranslate2 in a process of its own, for side-by-side timing with PyTorch.
 
 A used ``ctranslate2.Translator`` that lives in the same process as PyTorch slows PyTorch's
-later work down: on the 2-core machine of BENCHMARKS.md our beam search took 1.62 s on three
-batches before the translator had translated anything and 2.38-2.83 s after (1.78 s once the
-translator was deleted), with every ATen operator slower, the small element-wise ones most. Both
-libraries bring their own OpenMP runtime and thread pools. Nobody deploys the two in one process,
-so the benchmark gives CTranslate2 a child process: the parent sends it batches through a pipe,
-one at a time, and waits, so the two never run at once and the comparison stays interleaved.
-The pipe's cost (a few tokens pickled each way) is inside CTranslate2's timed calls, well under
-a millisecond against hundreds per batch.
+later work down, every ATen operator, the small element-wise ones most, until the translator is
+deleted (BENCHMARKS.md, "Decoding speed": "CTranslate2 and PyTorch in one process slow each
+other down"). Both libraries bring their own OpenMP runtime and thread pools. Nobody deploys
+the two in one process, so the benchmark gives CTranslate2 a child process: the parent sends it
+batches through a pipe, one at a time, and waits, so the two never run at once and the
+comparison stays interleaved. The pipe's cost (a few tokens pickled each way) is inside
+CTranslate2's timed calls, well under a millisecond against hundreds per batch.
 """
 
 from __future__ import annotations

@@ -15,8 +15,9 @@ What it runs, in one process (CTranslate2 in child processes of its own, see ben
    ``min_decoding_length=0``) and ``MarianMTModel.generate(num_beams=1, do_sample=False)`` with
    ``MarianTokenizer`` (decoded with ``skip_special_tokens=True``). Sentences are grouped by
    source length, so each batch has exactly our per-sentence length limit
-   (``floor(1.5 * (subwords + 1) + 10)``): CTranslate2 ``max_decoding_length`` = limit, HF
-   ``max_length`` = limit + 1 (it counts the decoder's start token). Counted on texts and on ids.
+   (``floor(max_len_a * (subwords + 1) + max_len_b)``, translate.py's defaults): CTranslate2
+   ``max_decoding_length`` = limit, HF ``max_length`` = limit + 1 (it counts the decoder's start
+   token). Counted on texts and on ids.
 4. Beam 5, text in and text out, ``--reps`` interleaved repetitions (median): ours is
    ``Translator.translate(texts, beam_size=5)`` (what ``translate.py --beam-size 5`` runs: batches of
    at most 4,096 padded source tokens, sorted by length); CTranslate2 float32 and int8
@@ -57,6 +58,7 @@ from bench.common import (  # noqa: E402
 )
 from bench.ct2_worker import CT2Worker  # noqa: E402
 from data.batching import longest_first_batches  # noqa: E402
+from transformer.search import DecodingConfig  # noqa: E402
 from translation import SearchOptions, Translator  # noqa: E402
 from translation.metrics import corpus_scores  # noqa: E402
 
@@ -66,7 +68,8 @@ ALPHA = 0.6
 
 def limit(n_subwords: int) -> int:
     """Our longest output for a source of ``n_subwords`` (+ EOS), translate.py's defaults."""
-    return math.floor(1.5 * (n_subwords + 1) + 10)
+    defaults = DecodingConfig()
+    return math.floor(defaults.max_len_a * (n_subwords + 1) + defaults.max_len_b)
 
 
 def run_export(checkpoint: Path, out: Path, fmt: str, quantization: str | None = None) -> Path:

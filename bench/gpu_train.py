@@ -8,8 +8,8 @@
 What is compared, per model size, in one process, interleaved round-robin (each round: the same
 batch through every configuration, the order rotated each round):
 
-* ours eager / ours compiled: ``transformer.Transformer`` with the sizes of ``conf/model/<name>.yaml``
-  (dropout included), shared and tied embeddings; the step is what training runs:
+* ours eager / ours compiled: ``transformer.Transformer`` with the sizes of ``model=<name>``
+  (``conf/model/``, dropout included), shared and tied embeddings; the step is what training runs:
   ``training.module.token_losses`` (forward + label-smoothed loss), compiled with ``torch.compile``
   exactly as ``compile=true`` compiles it;
 * nn.Transformer eager / compiled: ``torch.nn.Transformer(batch_first=True)`` of the same sizes, as
@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-import yaml  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
 from torch.utils.flop_counter import (  # noqa: E402
     FlopCounterMode,
     flop_registry,
@@ -84,8 +84,12 @@ if _CPU_ATTENTION_BACKWARD not in flop_registry:
 
 
 def model_sizes(name: str, vocab: int) -> Sizes:
-    """The sizes of ``conf/model/<name>.yaml`` with a ``vocab``-word joint vocabulary."""
-    cfg = yaml.safe_load((ROOT / "conf" / "model" / f"{name}.yaml").read_text())
+    """The sizes of ``model=<name>`` as train.py composes it, with a ``vocab``-word joint vocabulary.
+
+    Composed by Hydra: ``conf/model/<name>.yaml`` changes only some keys of its base config.
+    """
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("train", overrides=[f"model={name}"]).model
     if cfg["n_encoder_layers"] != cfg["n_decoder_layers"]:
         raise ValueError(f"model={name}: nn.Transformer here takes one layer count for both stacks")
     return Sizes(

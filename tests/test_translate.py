@@ -22,7 +22,7 @@ from bench.uncached import Recomputing
 from tests.toy_text import LEXICON, toy_pairs, train_word_spm, translate_words
 from transformer import Transformer, TransformerConfig
 from translation.checkpoint import inference_fields, write_checkpoint
-from translation.translator import SearchOptions, Translator
+from translation.translator import DEFAULT_MAX_TOKENS, SearchOptions, Translator
 
 ROOT = Path(__file__).resolve().parents[1]
 PAD, BOS, EOS = 0, 2, 3
@@ -382,6 +382,25 @@ def test_bad_options_are_argparse_errors(
         translate.main(["--checkpoint", "unused.ckpt", *argv])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_search_defaults_are_the_search_options_and_help_shows_them(capsys: pytest.CaptureFixture) -> None:
+    args = translate.parse_args(["--checkpoint", "unused.ckpt"])
+    defaults = SearchOptions()
+    parsed = SearchOptions(
+        beam_size=args.beam_size,
+        alpha=args.length_penalty,
+        max_len_a=args.max_len_a,
+        max_len_b=args.max_len_b,
+        nbest=args.nbest,
+        greedy=args.greedy,
+    )
+    assert parsed == defaults and args.max_tokens == DEFAULT_MAX_TOKENS
+    with pytest.raises(SystemExit):
+        translate.main(["--help"])
+    shown = " ".join(capsys.readouterr().out.split())  # argparse wraps the help text
+    for value in (defaults.beam_size, defaults.nbest, defaults.alpha, defaults.max_len_a, defaults.max_len_b):
+        assert f"(default: {value}" in shown
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")

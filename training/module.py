@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from torch import Tensor, nn
 from data.tokenizer import SPECIAL_IDS
 from training.schedule import inverse_sqrt_factor
 from transformer import Transformer, TransformerConfig
-from transformer.search import beam_search, greedy_search
+from transformer.search import DecodingConfig, beam_search, greedy_search
 from translation.metrics import CorpusScores, corpus_scores
 
 logger = logging.getLogger(__name__)
@@ -38,7 +39,36 @@ DEFAULT_OPTIMIZER = {
     "warmup_steps": 4000,
     "fused": None,
 }
-DEFAULT_DECODING = {"beam_size": 5, "alpha": 0.6, "max_len_a": 1.5, "max_len_b": 10, "valid_beam_size": 1}
+
+
+@dataclass(frozen=True)
+class EvalDecoding(DecodingConfig):
+    """The test stage's decoding (:class:`~transformer.search.DecodingConfig`) and validation's beam.
+
+    Attributes:
+        valid_beam_size: beam size of the validation BLEU each epoch, with the test stage's
+            ``alpha`` and length limit; 1 is greedy search, the fastest.
+    """
+
+    valid_beam_size: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.valid_beam_size < 1:
+            raise ValueError(f"valid_beam_size must be at least 1, not {self.valid_beam_size}")
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> EvalDecoding:
+        """From the ``decoding`` hyperparameters; missing settings take their defaults.
+
+        Raises:
+            ValueError: a setting that is not a field, or a value the fields refuse.
+        """
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise ValueError(f"decoding: unknown setting(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        return cls(**values)
 
 
 def _checked_plain_dict(name: str, value: Any) -> dict:
@@ -83,7 +113,8 @@ def token_losses(
         [batch, tgt_len] losses, 0 at padding.
     """
     logits = model(src, tgt_in)  # (B, T, V)
-    # Flat (B*T, V) rows: 1.65x faster than the (B, V, T) layout on the CPU (bench/ profile).
+    # Flat (B*T, V) rows: faster than the (B, V, T) layout on the CPU (BENCHMARKS.md, "Found while
+    # profiling, and what became of it").
     return F.cross_entropy(
         logits.float().flatten(0, 1),
         tgt_out.flatten(),
@@ -115,8 +146,9 @@ class TranslationModule(L.LightningModule):
             (None: fused on CUDA unless fp16 scales the gradients) and the inverse-sqrt schedule's
             ``warmup_steps``.
         label_smoothing: epsilon of label smoothing (0.1 in the paper).
-        decoding: ``beam_size``, ``alpha`` (length penalty) and ``max_len_a``/``max_len_b`` for the
-            test stage; ``valid_beam_size`` for validation (1: greedy).
+        decoding: :class:`EvalDecoding` fields: ``beam_size``, ``alpha`` (length penalty) and
+            ``max_len_a``/``max_len_b`` for the test stage, ``valid_beam_size`` for validation;
+            missing ones take their defaults.
         special_ids: ``pad_id``, ``unk_id``, ``bos_id``, ``eos_id`` of the vocabularies.
         src_lang, tgt_lang: languages, stored so that a checkpoint says what it translates.
         compile: ``torch.compile`` the training forward and loss: False (default), True, or a
@@ -139,14 +171,14 @@ class TranslationModule(L.LightningModule):
         model = _checked_plain_dict("model", model)
         optimizer = {**DEFAULT_OPTIMIZER, **_checked_plain_dict("optimizer", optimizer)}
         optimizer["betas"] = tuple(optimizer["betas"])
-        decoding = {**DEFAULT_DECODING, **_checked_plain_dict("decoding", decoding)}
+        self.decoding = EvalDecoding.from_dict(_checked_plain_dict("decoding", decoding))
         special_ids = {**SPECIAL_IDS, **_checked_plain_dict("special_ids", special_ids)}
         self.save_hyperparameters(
             {
                 "model": model,
                 "optimizer": optimizer,
                 "label_smoothing": label_smoothing,
-                "decoding": decoding,
+                "decoding": asdict(self.decoding),
                 "special_ids": special_ids,
                 "src_lang": src_lang,
                 "tgt_lang": tgt_lang,
@@ -247,18 +279,18 @@ class TranslationModule(L.LightningModule):
     # --------------------------------------------------------- validation / test
 
     def _decode(self, src: Tensor, beam_size: int) -> list[list[int]]:
-        d = self.hparams.decoding
+        d = self.decoding
         if beam_size <= 1:
-            return greedy_search(self.model, src, self.bos_id, self.eos_id, d["max_len_a"], d["max_len_b"])
+            return greedy_search(self.model, src, self.bos_id, self.eos_id, d.max_len_a, d.max_len_b)
         hyps = beam_search(
             self.model,
             src,
             self.bos_id,
             self.eos_id,
             beam_size=beam_size,
-            alpha=d["alpha"],
-            max_len_a=d["max_len_a"],
-            max_len_b=d["max_len_b"],
+            alpha=d.alpha,
+            max_len_a=d.max_len_a,
+            max_len_b=d.max_len_b,
         )
         return [h[0].tokens for h in hyps]
 
@@ -272,13 +304,13 @@ class TranslationModule(L.LightningModule):
         self._eval_records = []
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, self.hparams.decoding["valid_beam_size"])
+        self._eval_step(batch, self.decoding.valid_beam_size)
 
     def on_test_epoch_start(self) -> None:
         self._eval_records = []
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, self.hparams.decoding["beam_size"])
+        self._eval_step(batch, self.decoding.beam_size)
 
     def _score(self, split: str) -> tuple[CorpusScores, float, list[str]]:
         """Gathers every rank's outputs by example id (once each) and scores the whole split."""
@@ -329,7 +361,7 @@ class TranslationModule(L.LightningModule):
                 path = Path(self.output_dir) / f"test.{self.hparams.tgt_lang}.hyp"
                 path.write_text("".join(h + "\n" for h in hypotheses), encoding="utf-8")
                 logger.info("test translations written to %s", path)
-            logger.info("test (beam %d):\n%s", self.hparams.decoding["beam_size"], scores.report())
+            logger.info("test (beam %d):\n%s", self.decoding.beam_size, scores.report())
 
     # -------------------------------------------------------------- checkpoints
 

@@ -241,10 +241,11 @@ class KVCache:
     Reordering rows for beam search copies the filled part once, into a spare storage that is
     then swapped in, and leaves room for exactly one more step there: after the next step's
     ``extend`` the buffer is full, so attention reads one contiguous block. (With spare room
-    after each (row, head), every 64-float key is 1-2 pages away from the next (row, head)'s:
-    on the machine of BENCHMARKS.md attention over a cache not in the CPU cache took 2-4x as
-    long that way.) The decoder's layers pass one spare along (``select`` returns the storage
-    it frees), so all of them together hold one extra storage, not one each.
+    after each (row, head), every 64-float key is 1-2 pages away from the next (row, head)'s,
+    and attention over a cache not in the CPU cache was slower that way: BENCHMARKS.md, "Found
+    while profiling, and what became of it".) The decoder's layers pass one spare along
+    (``select`` returns the storage it frees), so all of them together hold one extra storage,
+    not one each.
     """
 
     GROWTH = 16  # steps added when full: outputs mostly end long before the length limit

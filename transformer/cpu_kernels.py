@@ -2,15 +2,16 @@
 
 The model (``attention.py``, ``layers.py``, ``model.py``, ``search.py``) reads like the paper and
 runs as written on a GPU. Four places hand their work to this module instead, each because the
-plain PyTorch call was measured to be slow on the CPU for translation's small shapes (figures:
-BENCHMARKS.md, "Decoding" and "What was tried"; 2-core AVX-512 machine, torch 2.13):
+plain PyTorch call was measured to be slow on the CPU for translation's small shapes; the
+measurements are in BENCHMARKS.md, "Decoding speed" (what each change gained), "What was tried
+that did not help" and "Found while profiling, and what became of it":
 
 1. **Packed weights** (:class:`PackedLinears`, every linear map, switched on by
    ``Transformer.pack_for_inference()``). ``F.linear`` re-arranges the weight matrix for the CPU's
    matrix kernels on every call. That is free next to a training batch of thousands of tokens,
    but decoding multiplies a few rows (one per hypothesis) by every weight matrix at every step,
-   and there the re-arranging dominates: the decoder's matmuls of one greedy step (32 rows) took
-   7.1 ms through ``F.linear`` and 2.3 ms with packed weights. Packed copies are made with
+   and there the re-arranging dominates: with packed weights the decoder's matmuls of a greedy
+   step take a fraction of ``F.linear``'s time ("Decoding speed"). Packed copies are made with
    PyTorch's ``torch.ops.mkldnn`` operators (the ones ``torch.compile`` uses for frozen CPU
    models) and used when packing is on, autograd is off, and the input is on the CPU, float32 or
    bfloat16 (or autocast to bfloat16), with oneDNN available; otherwise it is ``F.linear``. A
@@ -19,17 +20,16 @@ BENCHMARKS.md, "Decoding" and "What was tried"; 2-core AVX-512 machine, torch 2.
    ``weight.data`` bypass that counter: call ``pack_for_inference()`` again after them.
 2. **Written-out attention** (:func:`prefers_written_out`, :func:`attention`) instead of the
    fused ``F.scaled_dot_product_attention``, which is faster on the GPU and for long sequences
-   but not here: in bf16 the CPU flash kernel took 53 ms against 6 ms forward+backward at
-   [273, 4, 15, 64] (training under bf16 autocast), and while decoding (autograd off, at most
-   ``SMALL_QUERY`` queries: one new token per hypothesis against the cache, or a sentence's few
-   beams against its source) two batched matmuls took 160 us against 380 us at q [32, 4, 5, 64],
-   k [32, 4, 20, 64].
+   but not here: the CPU flash kernel in bf16 (training under bf16 autocast: "What was tried that
+   did not help"), and decoding's few queries (autograd off, at most ``SMALL_QUERY`` queries: one
+   new token per hypothesis against the cache, or a sentence's few beams against its source,
+   "Decoding speed"), each ran slower than two batched matmuls.
 3. **Softmax over short rows** (:func:`softmax`), inside that written-out attention. PyTorch's CPU
    softmax is vectorised along the softmax dimension and takes a slow path when it is shorter
-   than a vector (16 floats): over [160, 4, 1, t], the self-attention of 160 hypotheses to
-   t < 16 cached steps, it took 34-164 us against 17-36 us written out (1 thread).
-4. **Block top-k** (:func:`row_topk`) over the 8,000-word vocabulary in beam search: ``topk(10)``
-   over [160, 8000] fp32 took 1.8 ms directly and 1.0 ms in two passes (exact, same values).
+   than a vector (16 floats), as in the self-attention of hypotheses to fewer than 16 cached
+   steps: written out, it is faster there ("Found while profiling").
+4. **Block top-k** (:func:`row_topk`) over the 8,000-word vocabulary in beam search: two passes,
+   block maxima first, find the same values as one ``topk`` in less time ("Decoding speed").
 
 Each has a test that it computes what the plain call computes (``tests/transformer/test_cpu_kernels.py``).
 """

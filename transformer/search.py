@@ -5,6 +5,11 @@ beams, never copied per beam), grow and reorder the self-attention cache step by
 drop finished sentences from the active batch so that later steps only pay for live ones.
 They talk to the model through ``encode``, ``start_decoding``, ``decode_step`` and the state's
 ``select`` only (``bench/uncached.py`` offers the same without caches, as the baseline).
+
+:class:`DecodingConfig` holds the decoding defaults (beam size, length penalty, length limit),
+written here only: the search functions' keyword defaults, the training module's validation and
+test decoding, ``translation.SearchOptions``, ``translate.py``'s options and ``conf/train.yaml``'s
+``decoding`` group all take them from it (``tests/training/test_config.py`` checks ``conf/``).
 """
 
 from __future__ import annotations
@@ -16,6 +21,31 @@ from torch import Tensor
 
 from transformer.cpu_kernels import row_topk
 from transformer.model import Transformer
+
+
+@dataclass(frozen=True)
+class DecodingConfig:
+    """How to decode; the field defaults are the project's, and the only place they are written.
+
+    Attributes:
+        beam_size: hypotheses kept per sentence by beam search (1 finds greedy search's output).
+        alpha: GNMT length penalty exponent: scores are log P / ((5 + |y|) / 6) ** alpha, |y|
+            counting EOS; 0 ranks by raw log-probability.
+        max_len_a, max_len_b: at most ``max_len_a * source_length + max_len_b`` output tokens
+            (EOS excluded).
+    """
+
+    beam_size: int = 5
+    alpha: float = 0.6
+    max_len_a: float = 1.5
+    max_len_b: int = 10
+
+    def __post_init__(self) -> None:
+        if self.beam_size < 1:
+            raise ValueError(f"beam_size must be at least 1, not {self.beam_size}")
+
+
+_DEFAULTS = DecodingConfig()
 
 
 @dataclass
@@ -34,7 +64,8 @@ def _top_log_probs(logits: Tensor, n: int) -> tuple[Tensor, Tensor]:
     ``logits`` is overwritten (with the probabilities) when contiguous.
 
     The normaliser comes from one softmax instead of a log-softmax or logsumexp over the
-    vocabulary (2-4x slower on the CPU at [160, 8000]): with m the row's largest logit and p_max
+    vocabulary, which are slower on the CPU (BENCHMARKS.md, "Decoding speed" and "What was tried
+    that did not help"): with m the row's largest logit and p_max
     its probability, log p(w) = logit(w) - m + log p_max, where p_max >= 1 / V loses no precision
     (in bf16 the softmax sums in fp32 and rounds p_max by at most 0.4%, below the logits' own
     rounding).
@@ -64,8 +95,8 @@ def greedy_search(
     src: Tensor,
     bos_id: int,
     eos_id: int,
-    max_len_a: float = 1.5,
-    max_len_b: int = 10,
+    max_len_a: float = _DEFAULTS.max_len_a,
+    max_len_b: int = _DEFAULTS.max_len_b,
     min_len: int = 0,
 ) -> list[list[int]]:
     """Most likely next token at each step until EOS or the length limit.
@@ -74,7 +105,8 @@ def greedy_search(
         model: in eval mode.
         src: [batch, src_len] source ids, right-padded with the model's pad id.
         bos_id, eos_id: target begin/end-of-sentence ids.
-        max_len_a, max_len_b: at most a * source_length + b output tokens (EOS excluded).
+        max_len_a, max_len_b: at most a * source_length + b output tokens (EOS excluded);
+            defaults from :class:`DecodingConfig`.
         min_len: EOS is forbidden before this many output tokens (the length limit still wins).
 
     Returns:
@@ -119,11 +151,11 @@ def beam_search(
     src: Tensor,
     bos_id: int,
     eos_id: int,
-    beam_size: int = 5,
+    beam_size: int = _DEFAULTS.beam_size,
     nbest: int = 1,
-    alpha: float = 0.6,
-    max_len_a: float = 1.5,
-    max_len_b: int = 10,
+    alpha: float = _DEFAULTS.alpha,
+    max_len_a: float = _DEFAULTS.max_len_a,
+    max_len_b: int = _DEFAULTS.max_len_b,
     min_len: int = 0,
 ) -> list[list[Hypothesis]]:
     """Batched beam search with GNMT length penalty.
@@ -143,6 +175,7 @@ def beam_search(
         alpha: length penalty exponent; scores are log P / ((5 + |y|) / 6) ** alpha, |y|
             counting EOS.
         max_len_a, max_len_b: at most a * source_length + b output tokens (EOS excluded).
+        beam_size, alpha, max_len_a, max_len_b default to :class:`DecodingConfig`'s.
         min_len: EOS is forbidden before this many output tokens (the length limit still wins).
 
     Returns:

@@ -23,11 +23,13 @@ from torch import Tensor
 from data.batching import longest_first_batches
 from data.lines import one_line
 from transformer import Transformer
-from transformer.search import beam_search, greedy_search
+from transformer.search import DecodingConfig, beam_search, greedy_search
 from translation.checkpoint import load_checkpoint
 from translation.workers import WorkerPool
 
 logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_TOKENS = 4096  # padded source tokens per batch, EOS included
 
 
 def resolve_device(name: str | torch.device) -> torch.device:
@@ -64,27 +66,19 @@ class Tokenizer(Protocol):
 
 
 @dataclass(frozen=True)
-class SearchOptions:
-    """How to search; the defaults are the usual NMT settings.
+class SearchOptions(DecodingConfig):
+    """How to search: :class:`~transformer.search.DecodingConfig`'s settings and defaults, and these.
 
     Attributes:
-        beam_size: hypotheses kept per sentence (beam search).
         nbest: hypotheses returned per sentence, best first (at most ``beam_size``).
-        alpha: GNMT length penalty exponent (0: raw log-probabilities).
-        max_len_a, max_len_b: at most ``a * source_length + b`` output tokens.
         greedy: greedy search instead of beam search (no scores: they are NaN).
     """
 
-    beam_size: int = 5
     nbest: int = 1
-    alpha: float = 0.6
-    max_len_a: float = 1.5
-    max_len_b: int = 10
     greedy: bool = False
 
     def __post_init__(self) -> None:
-        if self.beam_size < 1:
-            raise ValueError(f"beam_size must be at least 1, not {self.beam_size}")
+        super().__post_init__()
         if not 1 <= self.nbest <= (1 if self.greedy else self.beam_size):
             raise ValueError(f"nbest={self.nbest} must be between 1 and the beam size")
 
@@ -170,7 +164,7 @@ class Translator:
             path: the ``.ckpt`` file (``best``, ``last`` or ``averaged``).
             device: where the model runs, e.g. ``"cpu"``, ``"cuda"``, ``"cuda:1"``.
             dtype: the weights' type: ``torch.bfloat16`` halves their memory and is faster on
-                CPUs with AVX512-BF16 and on recent GPUs (BENCHMARKS.md, "Decoding"); scores
+                CPUs with AVX512-BF16 and on recent GPUs (BENCHMARKS.md, "Decoding speed"); scores
                 and the search's bookkeeping stay in fp32.
 
         Raises:
@@ -232,7 +226,7 @@ class Translator:
         self,
         sources: Sequence[list[int]],
         options: SearchOptions,
-        max_tokens: int = 4096,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
         progress: Callable[[int], None] | None = None,
         pool: WorkerPool | None = None,
     ) -> list[list[Translation]]:
@@ -280,7 +274,7 @@ class Translator:
         self,
         texts: Sequence[str],
         options: SearchOptions | None = None,
-        max_tokens: int = 4096,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
         **search: Any,
     ) -> list[str]:
         """The best translation of each text: one per text, in order, as ``translate.py`` gives.
@@ -290,10 +284,10 @@ class Translator:
 
         Args:
             texts: ``n`` sentences.
-            options: search settings (default: ``SearchOptions()``, beam 5).
+            options: search settings (default: ``SearchOptions()``).
             max_tokens: budget of padded source tokens per batch.
             **search: :class:`SearchOptions` fields by name, over ``options``, e.g.
-                ``beam_size=5``, ``alpha=0.6``, ``greedy=True``, ``max_len_a=1.5``.
+                ``beam_size=4``, ``alpha=1.0``, ``greedy=True``, ``max_len_b=50``.
 
         Returns:
             ``n`` strings.

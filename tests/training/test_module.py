@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 from data.batching import collate_batch
 from data.tokenizer import BOS_ID, EOS_ID, SubwordTokenizer
 from tests.toy_text import toy_pairs, train_word_spm
-from training.module import TranslationModule
+from training.module import EvalDecoding, TranslationModule
 from training.schedule import inverse_sqrt_factor
 from transformer.search import greedy_search
 
@@ -120,6 +120,24 @@ def test_hyperparameters_must_be_plain_dicts():
 
     with pytest.raises(TypeError, match="plain dict"):
         TranslationModule(OmegaConf.create({"src_vocab_size": 8, "tgt_vocab_size": 8}))
+
+
+def test_decoding_hyperparameters_load_as_checkpoints_store_them(tmp_path):
+    """The ``decoding`` dict keeps its checkpoint form, so checkpoints written before and after load."""
+    stored = {"beam_size": 4, "alpha": 1.0, "max_len_a": 1.0, "max_len_b": 50, "valid_beam_size": 2}
+    module = TranslationModule(_tiny(12), decoding=stored)
+    assert module.hparams.decoding == stored and type(module.hparams.decoding) is dict
+    path = tmp_path / "module.ckpt"
+    checkpoint = {"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)}
+    torch.save({**checkpoint, "pytorch-lightning_version": L.__version__}, path)
+    loaded = TranslationModule.load_from_checkpoint(path, weights_only=True)
+    assert loaded.decoding == EvalDecoding(**stored)
+    # Settings left out take their defaults; an unknown one is an error that names it.
+    assert TranslationModule(_tiny(12), decoding={"beam_size": 3}).decoding == EvalDecoding(beam_size=3)
+    with pytest.raises(ValueError, match="unknown setting.*beam_width"):
+        TranslationModule(_tiny(12), decoding={"beam_width": 3})
+    with pytest.raises(ValueError, match="valid_beam_size must be at least 1"):
+        TranslationModule(_tiny(12), decoding={"valid_beam_size": 0})
 
 
 def test_inverse_sqrt_schedule_rises_linearly_then_decays_as_inverse_sqrt():

@@ -1,5 +1,8 @@
 """Greedy and beam search: agreement with each other, with recomputation, and across batchings."""
 
+import inspect
+from dataclasses import asdict
+
 import pytest
 import torch
 
@@ -14,6 +17,7 @@ from tests.transformer.helpers import (
 )
 from transformer import cpu_kernels
 from transformer.search import (
+    DecodingConfig,
     _top_log_probs,
     beam_search,
     greedy_search,
@@ -182,3 +186,12 @@ def test_bfloat16_model_reports_its_outputs_log_prob():
                 logits = model(src[i : i + 1], torch.tensor([[BOS] + tgt_out[:-1]]))
             logp = logits.log_softmax(-1).gather(2, torch.tensor([tgt_out])[..., None]).sum().item()
             assert h.log_prob == pytest.approx(logp, abs=0.05 * len(tgt_out))
+
+
+@pytest.mark.parametrize("search", [greedy_search, beam_search])
+def test_search_defaults_are_the_decoding_config(search):
+    parameters = inspect.signature(search).parameters
+    shared = {name: value for name, value in asdict(DecodingConfig()).items() if name in parameters}
+    assert shared and {name: parameters[name].default for name in shared} == shared
+    if search is beam_search:
+        assert set(shared) == set(asdict(DecodingConfig()))
