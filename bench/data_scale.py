@@ -12,12 +12,13 @@ and ``cache_dir`` set), each start in a fresh process:
   pinned batches and a copy to the GPU where CUDA exists): target tokens per second.
 
 Usage:
-    python3 bench/data_scale.py                         # 1M and 4.5M pairs (BENCHMARKS.md)
+    python3 bench/data_scale.py                         # 1M and 4.5M pairs
     python3 bench/data_scale.py --with-36m              # also 36M pairs (~5 GB of text)
     python3 bench/data_scale.py --pairs 20000 --loader-batches 5   # a quick check
 
 Corpora and caches go under ``--work-dir`` (default ``/tmp/data_scale``) and are deleted after
-each size unless ``--keep``. Not a test: nothing here runs in CI.
+each size unless ``--keep``. Not a test: nothing here runs in CI. Results: BENCHMARKS.md,
+"Data preparation at WMT scale".
 """
 
 from __future__ import annotations
@@ -42,11 +43,12 @@ def make_corpus(source_dir: Path, out_dir: Path, pairs: int, src_lang: str, tgt_
     Validation and test files are copied unchanged. Written 100,000 lines at a time.
     """
     sys.path.insert(0, str(ROOT))
-    from data.corpus import find_split_file, read_lines
+    from data.corpus import find_split_file
+    from data.lines import LineMode, read_lines
 
     out_dir.mkdir(parents=True, exist_ok=True)
     for lang in (src_lang, tgt_lang):
-        base = read_lines(find_split_file(source_dir, "train", lang))
+        base = read_lines(find_split_file(source_dir, "train", lang), LineMode.STRICT)
         with open(out_dir / f"train.{lang}", "w", encoding="utf-8") as f:
             for start in range(0, pairs, 100_000):
                 stop = min(pairs, start + 100_000)
@@ -127,9 +129,9 @@ def child_loader(data_dir: str, cache_dir: str, batches: int, workers: int, max_
 def _run_child(args: list[str]) -> dict:
     # The child's clock starts here: its time to the first batch includes starting Python.
     env = dict(os.environ, PYTHONPATH=str(ROOT), DATA_SCALE_STARTED=repr(time.time()))
-    out = subprocess.run(
-        [sys.executable, __file__, *args], env=env, check=True, capture_output=True, text=True
-    )
+    out = subprocess.run([sys.executable, __file__, *args], env=env, capture_output=True, text=True)
+    if out.returncode:
+        sys.exit(f"data_scale.py: {' '.join(args[:2])} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
