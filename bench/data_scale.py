@@ -234,7 +234,8 @@ def main() -> None:
         prep = [sum(r["first"]["seconds"].values()) for r in (a, b)]
         exponent = math.log(prep[1] / prep[0]) / math.log(b["pairs"] / a["pairs"])
         print(f"preparation time exponent from {a['pairs']:,} to {b['pairs']:,} pairs: {exponent:.2f}")
-    write_json("data_scale", {"environment": environment(threads=1), "results": results})
+    name = "data_scale_" + "_".join(str(n) for n in sizes)
+    write_json(name, {"environment": environment(threads=1), "results": results})
 
 
 if __name__ == "__main__":
