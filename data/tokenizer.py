@@ -277,6 +277,27 @@ def train_or_load_sentencepiece(
     return SubwordTokenizer.load(path, num_threads=num_threads)
 
 
+def _take_texts(column: pa.ChunkedArray, picks: np.ndarray | None) -> list[str]:
+    """Rows ``picks`` (sorted; ``None``: all) of a string column, taken chunk by chunk.
+
+    One ``take`` over the whole column would concatenate its chunks first, which overflows the
+    32-bit string offsets past 2 GiB of text (36M pairs of WMT-length sentences).
+    """
+    import pyarrow as pa
+
+    texts: list[str] = []
+    start = 0
+    for chunk in column.chunks:
+        if picks is None:
+            texts += chunk.to_pylist()
+        else:
+            lo, hi = np.searchsorted(picks, [start, start + len(chunk)])
+            if hi > lo:
+                texts += chunk.take(pa.array(picks[lo:hi] - start)).to_pylist()
+        start += len(chunk)
+    return texts
+
+
 def sample_sentences(parts: Sequence[Sequence[str]], size: int, seed: int = 0) -> list[list[str]]:
     """At most ``size`` sentences of ``parts`` as Python lists: all of them in order where there
     are no more, else a uniform sample without replacement, kept in corpus order.
@@ -304,8 +325,8 @@ def sample_sentences(parts: Sequence[Sequence[str]], size: int, seed: int = 0) -
         else:
             lo, hi = np.searchsorted(chosen, [offset, offset + len(part)])
             picks = chosen[lo:hi] - offset
-        if hasattr(part, "to_pylist"):  # Arrow
-            out.append((part if picks is None else part.take(picks)).to_pylist())
+        if hasattr(part, "chunks"):  # Arrow
+            out.append(_take_texts(part, picks))
         else:
             out.append(list(part) if picks is None else [part[i] for i in picks.tolist()])
         offset += len(part)
