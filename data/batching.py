@@ -32,14 +32,17 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import datasets
 import numpy as np
-import pyarrow as pa
 import torch
 from torch.utils.data import Sampler
 
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+if TYPE_CHECKING:  # imported lazily: translate.py uses this module and should start fast
+    import datasets
+    import pyarrow as pa
 
 
 def token_budget_batches(widths: Sequence[int], max_tokens: int) -> list[tuple[int, int]]:
@@ -344,6 +347,8 @@ class TokenizedPairs(torch.utils.data.Dataset):
         return self.table.num_rows if self.rows is None else len(self.rows)
 
     def _take(self, positions: np.ndarray) -> pa.Table:
+        import pyarrow as pa
+
         if self._batches is None:
             self._batches = self.table.table.to_batches()
             self._starts = np.cumsum([0] + [b.num_rows for b in self._batches])

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from data.arrow_pairs import StreamedColumn
 from data.batching import TokenBucketBatchSampler, TokenizedPairs, collate_columns, padding_fraction
 from data.corpus import MULTI30K_HUB_ID, SPLITS, drop_long_pairs, prepare_corpus
 from data.tokenizer import (
@@ -177,10 +178,9 @@ class TranslationDataModule(L.LightningDataModule):
         corpus = prepared.splits
         seconds.update(prepared.seconds)
         tick = time.perf_counter()
-        train_table = corpus["train"].data  # memory-mapped Arrow: only a sample is read
         src_tok, tgt_tok = train_or_load_tokenizers(
-            train_table.column("src"),
-            train_table.column("tgt"),
+            StreamedColumn(corpus["train"], "src"),  # only a sample is kept, the rest streamed past
+            StreamedColumn(corpus["train"], "tgt"),
             cache_dir=self.cache_dir,
             run_dir=self.run_dir,
             joint=self.joint_vocab,

@@ -31,6 +31,8 @@ if TYPE_CHECKING:  # imported lazily: translate.py uses this module and should s
     import datasets
     import pyarrow as pa
 
+    from data.arrow_pairs import StreamedColumn
+
 logger = logging.getLogger(__name__)
 
 PAD_ID = 0
@@ -277,7 +279,7 @@ def train_or_load_sentencepiece(
     return SubwordTokenizer.load(path, num_threads=num_threads)
 
 
-def _take_texts(column: pa.ChunkedArray, picks: np.ndarray | None) -> list[str]:
+def _take_texts(column: pa.ChunkedArray | StreamedColumn, picks: np.ndarray | None) -> list[str]:
     """Rows ``picks`` (sorted; ``None``: all) of a string column, taken chunk by chunk.
 
     One ``take`` over the whole column would concatenate its chunks first, which overflows the
@@ -306,8 +308,9 @@ def sample_sentences(parts: Sequence[Sequence[str]], size: int, seed: int = 0) -
     sentences in Arrow costs one sample's memory.
 
     Args:
-        parts: lists, or Arrow string arrays (``pyarrow.ChunkedArray``, e.g. a memory-mapped
-            ``datasets`` column); their concatenation is the text sampled from.
+        parts: lists, or Arrow string columns (anything with ``len()`` and ``chunks``: a
+            ``pyarrow.ChunkedArray``, a :class:`data.arrow_pairs.StreamedColumn`); their
+            concatenation is the text sampled from.
         size: the most sentences returned (SentencePiece's ``input_sentence_size``).
         seed: seed of the sample, so that the same text gives the same sample.
 
@@ -453,6 +456,7 @@ def tokenize_split(
     import pyarrow as pa
     from datasets.table import InMemoryTable
 
+    from data.arrow_pairs import iter_record_batches
     from data.cache import exclusive, remove_temporaries
 
     h = hashlib.sha256(f"{_CACHE_VERSION}|{src_tokenizer.fingerprint}|{tgt_tokenizer.fingerprint}".encode())
@@ -467,10 +471,15 @@ def tokenize_split(
     schema = _TOKENIZED_FEATURES().arrow_schema
 
     def encoded() -> Iterator[pa.RecordBatch]:
-        for batch in dataset.with_format("arrow").iter(batch_size=batch_size):
+        blocks = (
+            rb.slice(i, batch_size)
+            for rb in iter_record_batches(dataset)
+            for i in range(0, len(rb), batch_size)
+        )
+        for batch in blocks:
             src = _id_lists(src_tokenizer.encode(batch.column("src").to_pylist()), append=EOS_ID)
             tgt = _id_lists(tgt_tokenizer.encode(batch.column("tgt").to_pylist()))
-            columns = [batch.column("id").combine_chunks(), src, tgt]
+            columns = [batch.column("id"), src, tgt]
             lengths = [src.value_lengths(), pa.array(tgt.value_lengths().to_numpy() + 1, type=pa.int32())]
             yield pa.RecordBatch.from_arrays(columns + lengths, schema=schema)
 
