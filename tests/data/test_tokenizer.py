@@ -184,3 +184,20 @@ def test_sentencepiece_sample_is_all_in_order_or_a_seeded_uniform_subset() -> No
     for part, chosen in zip([src, tgt], picked, strict=True):
         positions = [part.index(t) for t in chosen]
         assert positions == sorted(positions) and len(set(positions)) == len(positions)  # corpus order
+
+
+def test_tokenized_cache_file_has_few_large_record_batches(
+    joint: SubwordTokenizer, pairs: list[tuple[str, str]], tmp_path: Path
+) -> None:
+    import pyarrow as pa
+
+    ds = datasets.Dataset.from_dict(
+        {"id": list(range(len(pairs))), "src": [p[0] for p in pairs], "tgt": [p[1] for p in pairs]}
+    )
+    cached = tokenize_split(ds, joint, joint, cache_dir=tmp_path, batch_size=20)
+    in_memory = tokenize_split(ds, joint, joint, cache_dir=None, batch_size=20)
+    assert cached["src_ids"][:] == in_memory["src_ids"][:] and cached["id"][:] == list(range(len(pairs)))
+    (path,) = (tmp_path / "tokenized").glob("*.arrow")
+    with pa.memory_map(str(path)) as source:
+        rows = [batch.num_rows for batch in pa.ipc.open_stream(source)]
+    assert rows == [200, 100]  # ten encoded blocks of 20 rows per record batch: few gathers per batch
