@@ -135,8 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=DEFAULT_MAX_TOKENS,
         metavar="N",
-        help="batch lines sorted by length so that each batch has at most N padded source tokens; "
-        "output order is the input order (default: %(default)s)",
+        help="batch lines sorted by length so that each batch has at most N padded tokens, counting "
+        "each source once per hypothesis (sentences x beam size x longest source; greedy counts 1): "
+        "larger is faster and needs more memory; output order is the input order (default: %(default)s)",
     )
     run = parser.add_argument_group("running")
     run.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")

@@ -19,8 +19,10 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported where it is used: bench/translate_memory.py's parent stays small
+    import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python bench/x.py` without installing the project
@@ -32,6 +34,8 @@ MULTI30K_DIR = Path(os.environ.get("MULTI30K_DIR") or ROOT.parent / "shared" / "
 
 def set_threads(n: int) -> None:
     """Intra-op threads for torch (and the OpenMP pool behind it)."""
+    import torch
+
     torch.set_num_threads(n)
     os.environ["OMP_NUM_THREADS"] = str(n)
 
@@ -66,6 +70,8 @@ def version(package: str) -> str | None:
 
 def environment(threads: int) -> dict:
     """The machine and software a figure was measured on."""
+    import torch
+
     return {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "host": socket.gethostname(),
@@ -129,6 +135,8 @@ def timed(fn: Callable[[], object]) -> tuple[float, object]:
 
 def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 8) -> float:
     """Best achieved FLOP/s of an [n, n] @ [n, n] matmul in ``dtype`` at the current thread count."""
+    import torch
+
     a = torch.randn(n, n).to(dtype)
     b = torch.randn(n, n).to(dtype)
     torch.mm(a, b)  # warm-up (oneDNN/MKL pick their kernels)

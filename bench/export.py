@@ -20,7 +20,7 @@ What it runs, in one process (CTranslate2 in child processes of its own, see ben
    token). Counted on texts and on ids.
 4. Beam 5, text in and text out, ``--reps`` interleaved repetitions (median): ours is
    ``Translator.translate(texts, beam_size=5)`` (what ``translate.py --beam-size 5`` runs: batches of
-   at most 4,096 padded source tokens, sorted by length); CTranslate2 float32 and int8
+   its default budget of hypothesis tokens, sorted by length); CTranslate2 float32 and int8
    (``compute_type="default"``: the saved type) get the same batches, each with the length limit
    of its longest source, ``length_penalty=0.6`` (their own formula, ours is GNMT's), at
    ``intra_threads=threads``; the timing covers SentencePiece encoding and decoding. sacreBLEU of
@@ -61,6 +61,7 @@ from data.batching import longest_first_batches  # noqa: E402
 from transformer.search import DecodingConfig  # noqa: E402
 from translation import SearchOptions, Translator  # noqa: E402
 from translation.metrics import corpus_scores  # noqa: E402
+from translation.translator import DEFAULT_MAX_TOKENS, hypothesis_widths  # noqa: E402
 
 BEAM = 5
 ALPHA = 0.6
@@ -225,7 +226,8 @@ def main() -> None:
         print(f"  {name}: " + ", ".join(f"{k} {v} of {n} identical" for k, v in counts.items()), flush=True)
 
     print(f"beam {BEAM}, {args.reps} interleaved repetitions:", flush=True)
-    batches = longest_first_batches([len(s) + 1 for s in sources], 4096)  # translate.py's batches
+    widths = hypothesis_widths([len(s) for s in sources], SearchOptions(beam_size=BEAM))
+    batches = longest_first_batches(widths, DEFAULT_MAX_TOKENS)  # translate.py's batches
     ct2 = {name: CT2Beam(dirs[name], args.threads) for name in ("CT2 fp32", "CT2 int8")}
     systems = {
         "ours": lambda: ours.translate(texts, beam_size=BEAM, alpha=ALPHA),

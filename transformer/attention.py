@@ -248,7 +248,10 @@ class KVCache:
     not one each.
     """
 
-    GROWTH = 16  # steps added when full: outputs mostly end long before the length limit
+    # Steps of room added when full. Small: every layer's storage (and the spare) carries this
+    # room for every row, and outputs mostly end long before the length limit; 4 held the speed
+    # of 16 (BENCHMARKS.md, "`translate.py` peak memory").
+    GROWTH = 4
 
     def __init__(self, capacity: int = GROWTH) -> None:
         if capacity < 1:

@@ -18,6 +18,11 @@ that did not help" and "Found while profiling, and what became of it":
    packed copy is made again when its weight changed in place (an optimizer step,
    ``load_state_dict``), detected through the tensor's version counter. Writes through
    ``weight.data`` bypass that counter: call ``pack_for_inference()`` again after them.
+   oneDNN builds and keeps a kernel for every number of rows it sees, and decoding's row count
+   changes at almost every step as sentences finish: the kept kernels grew the heap batch after
+   batch ("``translate.py`` peak memory"). So the rows are padded up to one of two sizes per
+   octave (:func:`padded_rows`: 9..16 -> 12 or 16, 17..32 -> 24 or 32, ...), a few dozen sizes
+   in all, at the price of up to half as many rows again in a matmul (a sixth on average).
 2. **Written-out attention** (:func:`prefers_written_out`, :func:`attention`) instead of the
    fused ``F.scaled_dot_product_attention``, which is faster on the GPU and for long sequences
    but not here: the CPU flash kernel in bf16 (training under bf16 autocast: "What was tried that
@@ -99,7 +104,15 @@ class PackedLinears:
             return F.relu(y) if relu else y
         packed, packed_bias = self._pack(name, weight, bias, dtype)
         attr, scalars = ("relu", [None]) if relu else ("none", [])
-        return torch.ops.mkldnn._linear_pointwise(x.to(dtype), packed, packed_bias, attr, scalars, "")
+        rows = x.numel() // x.size(-1)
+        size = padded_rows(rows)
+        if size == rows:
+            return torch.ops.mkldnn._linear_pointwise(x.to(dtype), packed, packed_bias, attr, scalars, "")
+        padded = x.new_empty(size, x.size(-1), dtype=dtype)  # (size, in)
+        padded[:rows] = x.reshape(rows, -1)
+        padded[rows:] = 0
+        y = torch.ops.mkldnn._linear_pointwise(padded, packed, packed_bias, attr, scalars, "")
+        return y[:rows].view(*x.shape[:-1], y.size(-1))  # the first rows: contiguous
 
     def _packed_dtype(self, x: Tensor, weight: Tensor) -> torch.dtype | None:
         """The dtype to compute in with packed weights, or None for ``F.linear``."""
@@ -125,6 +138,18 @@ class PackedLinears:
             cached = (key, packed, None if bias is None else bias.to(dtype).contiguous())
             self._packs[name] = cached
         return cached[1], cached[2]
+
+
+def padded_rows(rows: int) -> int:
+    """The row count a packed matmul of ``rows`` rows runs with: two sizes per octave (1. above).
+
+    Up to 8 rows stay as they are; above, ``rows`` is rounded up to a multiple of half the
+    largest power of two at most ``rows`` (e.g. 9..12 -> 12, 13..16 -> 16, 100 -> 128, 129 -> 192).
+    """
+    if rows <= 8:
+        return rows
+    unit = 1 << (rows.bit_length() - 2)  # half of the largest power of two <= rows
+    return -(-rows // unit) * unit
 
 
 def _version(t: Tensor | None) -> int:

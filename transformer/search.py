@@ -208,6 +208,7 @@ def beam_search(
         # A sentence's 2k best continuations are among the 2k best of each of its beams.
         per_row = min(2 * k, logits.size(-1))
         top_log_probs, top_tokens = _top_log_probs(logits, per_row)  # (m*g, 2k)
+        del logits  # freed before the next step makes its own
         cand = (scores[:, :, None] + top_log_probs.view(m, g, per_row)).view(m, g * per_row)
         cand_scores, cand_pos = cand.topk(min(2 * k, g * per_row), dim=1)  # (m, 2k)
         cand_beam = cand_pos // per_row

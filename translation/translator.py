@@ -3,7 +3,9 @@
 The command line (``translate.py``) is a thin shell around this module and ``data/lines.py``:
 
 * :func:`data.batching.longest_first_batches` groups sentences, longest first, under a budget of
-  padded source tokens (the rule training's batches follow too).
+  padded tokens (the rule training's batches follow too), counted once per hypothesis: a batch
+  of ``n`` sentences searched with beam ``k`` keeps ``n * k`` rows of decoder state, so each
+  source counts ``k`` times (:func:`hypothesis_widths`).
 * :class:`Translator` encodes, crops, batches, searches and decodes, and returns the results in
   input order; empty lines never reach the model.
 """
@@ -29,7 +31,24 @@ from translation.workers import WorkerPool
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_TOKENS = 4096  # padded source tokens per batch, EOS included
+# Padded source tokens per batch, EOS included, times the beam size: what keeps translate.py
+# with the Multi30k model within 400 MiB. Larger budgets decode faster and need more memory
+# (BENCHMARKS.md, "`translate.py` peak memory").
+DEFAULT_MAX_TOKENS = 1536
+
+
+def hypothesis_widths(source_lengths: Sequence[int], options: SearchOptions) -> list[int]:
+    """Each source's share of a batch budget: (length + EOS) * the hypotheses searched for it.
+
+    The decoder's caches and logits grow with hypotheses (rows) times steps, so a budget of
+    ``sentences * beam_size * longest source`` bounds a batch's memory whatever the beam size.
+
+    Args:
+        source_lengths: ``n`` source lengths without EOS.
+        options: the search settings (greedy search keeps one hypothesis per sentence).
+    """
+    hypotheses = 1 if options.greedy else options.beam_size
+    return [(length + 1) * hypotheses for length in source_lengths]
 
 
 def resolve_device(name: str | torch.device) -> torch.device:
@@ -230,12 +249,13 @@ class Translator:
         progress: Callable[[int], None] | None = None,
         pool: WorkerPool | None = None,
     ) -> list[list[Translation]]:
-        """Translate subword sources in batches of at most ``max_tokens`` padded source tokens.
+        """Translate subword sources in batches of at most ``max_tokens`` padded hypothesis tokens.
 
         Args:
             sources: ``n`` id lists without EOS, each at most :attr:`max_source_tokens` long.
             options: search settings.
-            max_tokens: budget of padded source tokens (EOS included) per batch.
+            max_tokens: budget per batch of sentences * hypotheses per sentence (the beam size;
+                1 for greedy search) * longest source (EOS included).
             progress: called with the number of sentences finished after each batch.
             pool: worker processes that search the batches (each with its own copy of this
                 model); None searches here.
@@ -248,7 +268,9 @@ class Translator:
         todo = [i for i, s in enumerate(sources) if s]
         batches = [
             [todo[j] for j in batch]
-            for batch in longest_first_batches([len(sources[i]) + 1 for i in todo], max_tokens)
+            for batch in longest_first_batches(
+                hypothesis_widths([len(sources[i]) for i in todo], options), max_tokens
+            )
         ]
         jobs = (
             (self._batch([sources[i] for i in indices]), options, self.bos_id, self.eos_id)
@@ -285,7 +307,7 @@ class Translator:
         Args:
             texts: ``n`` sentences.
             options: search settings (default: ``SearchOptions()``).
-            max_tokens: budget of padded source tokens per batch.
+            max_tokens: budget per batch, as in :meth:`translate_ids`.
             **search: :class:`SearchOptions` fields by name, over ``options``, e.g.
                 ``beam_size=4``, ``alpha=1.0``, ``greedy=True``, ``max_len_b=50``.
 

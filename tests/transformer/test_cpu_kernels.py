@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from tests.transformer.helpers import BOS, EOS, random_tokens, tiny_model
 from transformer import cpu_kernels
 from transformer.attention import MultiHeadAttention, scaled_dot_product_attention
-from transformer.cpu_kernels import PackedLinears, packing_available, row_topk
+from transformer.cpu_kernels import PackedLinears, packing_available, padded_rows, row_topk
 from transformer.search import beam_search, greedy_search
 
 needs_onednn = pytest.mark.skipif(not packing_available(), reason="this PyTorch build has no oneDNN")
@@ -38,6 +38,30 @@ def test_packed_linear_equals_f_linear(relu, shape):
         expected = F.relu(expected) if relu else expected
     assert packed._packs, "the packed path was not taken"
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_padded_rows_are_few_sizes_and_never_fewer_rows():
+    sizes = [padded_rows(rows) for rows in range(1, 4097)]
+    assert all(rows <= size <= max(rows, 1.5 * rows) for rows, size in enumerate(sizes, start=1))
+    assert sizes[:8] == list(range(1, 9))
+    # 8 small counts, then two sizes per octave: what bounds oneDNN's kernels per matrix.
+    assert len(set(sizes)) == 8 + 2 * 9
+    assert all(padded_rows(size) == size for size in set(sizes))
+
+
+@needs_onednn
+@pytest.mark.parametrize("rows", [9, 13, 17, 33, 100, 129])
+def test_padded_packed_linear_equals_f_linear(rows):
+    weight, bias = _weights()
+    x = torch.randn(rows, 16)
+    packed = PackedLinears(enabled=True)
+    with torch.no_grad():
+        got = packed.linear("w", x, weight, bias, relu=True)
+        got_3d = packed.linear("w", x.view(1, rows, 16), weight, bias)
+    assert padded_rows(rows) > rows and packed._packs, "the padded packed path was not taken"
+    assert got.shape == (rows, 24) and got.is_contiguous() and got_3d.shape == (1, rows, 24)
+    torch.testing.assert_close(got, F.relu(F.linear(x, weight, bias)), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got_3d[0], F.linear(x, weight, bias), atol=1e-5, rtol=1e-5)
 
 
 @needs_onednn

@@ -86,6 +86,30 @@ def test_nbest_is_sorted_and_in_input_order(tokenizers) -> None:
         assert alone[0][0].tokens == hyps[0].tokens
 
 
+@pytest.mark.parametrize("options", [SearchOptions(beam_size=4), SearchOptions(greedy=True)])
+def test_batches_keep_the_budget_of_hypothesis_tokens(
+    tokenizers, options: SearchOptions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sentences x hypotheses per sentence x padded width <= max_tokens: the decoder's rows are bounded."""
+    translator = make_translator(tokenizers)
+    shapes: list[tuple[int, int]] = []
+    search = translator_module.search_batch
+
+    def recording(model: torch.nn.Module, job: tuple):
+        shapes.append(tuple(job[0].shape))
+        return search(model, job)
+
+    monkeypatch.setattr(translator_module, "search_batch", recording)
+    sources = translator.encode_sources(TEXTS)
+    hypotheses = 1 if options.greedy else options.beam_size
+    budget = 4 * 8 * hypotheses  # about four sentences of the toy's widths per batch
+    translator.translate_ids(sources, options, max_tokens=budget)
+    assert sum(n for n, _ in shapes) == sum(1 for s in sources if s)
+    assert len(shapes) > 1
+    for n, width in shapes:
+        assert n == 1 or n * hypotheses * width <= budget
+
+
 def test_empty_lines_never_reach_the_model(tokenizers, monkeypatch: pytest.MonkeyPatch) -> None:
     translator = make_translator(tokenizers)
     seen: list[int] = []
