@@ -2,17 +2,20 @@
 
 Modules, one concept each:
 
-* ``data.lines``: text split on ``\\n`` only, in a strict mode (corpora) and a lossless mode
-  (translation input), and ``one_line``.
+* ``data.lines``: text split on ``\\n`` only, in a strict mode (corpora; also streamed in blocks,
+  ``iter_line_blocks``) and a lossless mode (translation input), and ``one_line``.
 * ``data.atomic``: ``atomic_write``, a file written whole or not at all (checkpoints, averages,
   caches).
-* ``data.corpus``: a parallel corpus (hub id or local ``{split}.{lang}[.gz]`` files) as a
-  ``datasets.DatasetDict`` with ``train`` / ``validation`` / ``test`` splits of ``id, src, tgt``.
+* ``data.cache``: cache entries complete or absent, prepared by one process at a time.
+* ``data.arrow_pairs``: sentence pairs streamed into Arrow block by block, blank pairs dropped.
+* ``data.corpus``: a parallel corpus (hub id or local ``{split}.{lang}[.gz]`` files) streamed into
+  Arrow as a ``datasets.DatasetDict`` with ``train`` / ``validation`` / ``test`` splits of
+  ``id, src, tgt``, cached and memory-mapped.
 * ``data.tokenizer``: the special ids (``PAD_ID=0, UNK_ID=1, BOS_ID=2, EOS_ID=3``),
   ``SubwordTokenizer``, SentencePiece training cached by content, cached tokenization.
 * ``data.batching``: ``token_budget_batches`` (the one token-budget rule, also the translator's
   through ``longest_first_batches``), ``TokenBucketBatchSampler`` (length buckets, ranks,
-  resumable) and ``collate_batch``.
+  resumable), ``TokenizedPairs`` (whole batches gathered from Arrow) and the collate functions.
 * ``data.datamodule``: ``TranslationDataModule``, all of the above behind Lightning.
 
 ``data.lines`` and ``data.atomic`` are also what ``translation`` and ``training`` read input lines

@@ -25,17 +25,23 @@ order mark removed; invalid UTF-8 an error naming the file and line.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
+import numpy as np
 from datasets.exceptions import DatasetNotFoundError
 from huggingface_hub.errors import LocalEntryNotFoundError
 
-from data.lines import LineMode, UndecodableLineError, read_lines
+from data.arrow_pairs import write_pairs
+from data.atomic import atomic_write
+from data.cache import exclusive, remove_temporaries
+from data.lines import CorruptFileError, UndecodableLineError, iter_line_blocks
 
 logger = logging.getLogger(__name__)
 
@@ -210,6 +216,50 @@ def find_split_file(data_dir: str | Path, split: str, lang: str) -> Path:
     )
 
 
+def _corpus_errors(blocks: Iterator[list[str]]) -> Iterator[list[str]]:
+    """``blocks``, with a file's undecodable or corrupt content raised as a :class:`CorpusError`."""
+    try:
+        yield from blocks
+    except (UndecodableLineError, CorruptFileError) as err:
+        raise CorpusError(str(err)) from None
+
+
+def iter_parallel_blocks(src_path: Path, tgt_path: Path) -> Iterator[tuple[list[str], list[str]]]:
+    """Stream two line-aligned files as aligned blocks of ``(source lines, target lines)``.
+
+    Each file is read by :func:`data.lines.iter_line_blocks` (the strict mode, in bounded memory).
+
+    Raises:
+        CorpusError: the line counts differ (the message names both files and both counts,
+            counted to the end of both files); a file is not valid UTF-8 (the message names the
+            file, the line and the bytes); a compressed file is corrupt or cut short (the
+            message names the file and the last line read whole).
+    """
+    src_blocks, tgt_blocks = (
+        _corpus_errors(iter_line_blocks(src_path)),
+        _corpus_errors(iter_line_blocks(tgt_path)),
+    )
+    src_buf: list[str] = []
+    tgt_buf: list[str] = []
+    src_n = tgt_n = 0  # lines read so far from each file
+    while True:
+        if not src_buf:
+            src_buf = next(src_blocks, None) or []
+            src_n += len(src_buf)
+        if not tgt_buf:
+            tgt_buf = next(tgt_blocks, None) or []
+            tgt_n += len(tgt_buf)
+        if not src_buf or not tgt_buf:
+            break
+        n = min(len(src_buf), len(tgt_buf))
+        yield src_buf[:n], tgt_buf[:n]
+        src_buf, tgt_buf = src_buf[n:], tgt_buf[n:]
+    if src_buf or tgt_buf:
+        src_n += sum(len(b) for b in src_blocks)
+        tgt_n += sum(len(b) for b in tgt_blocks)
+        raise CorpusError(f"line counts differ: {src_path} has {src_n} lines, {tgt_path} has {tgt_n} lines")
+
+
 def read_parallel_files(src_path: Path, tgt_path: Path) -> tuple[list[str], list[str]]:
     """Read two line-aligned files.
 
@@ -217,20 +267,29 @@ def read_parallel_files(src_path: Path, tgt_path: Path) -> tuple[list[str], list
         CorpusError: a file is not valid UTF-8 (the message names the file, the line and the
             bytes), or the line counts differ (the message names both files and both counts).
     """
-    try:
-        src = read_lines(src_path, LineMode.STRICT)
-        tgt = read_lines(tgt_path, LineMode.STRICT)
-    except UndecodableLineError as err:
-        raise CorpusError(str(err)) from None
-    if len(src) != len(tgt):
-        raise CorpusError(
-            f"line counts differ: {src_path} has {len(src)} lines, {tgt_path} has {len(tgt)} lines"
-        )
+    src: list[str] = []
+    tgt: list[str] = []
+    for s, t in iter_parallel_blocks(src_path, tgt_path):
+        src += s
+        tgt += t
     return src, tgt
 
 
 def _split_names(train_split: str, valid_split: str, test_split: str) -> dict[str, str]:
     return {"train": train_split, "validation": valid_split, "test": test_split}
+
+
+# Bump when reading or filtering rules change, so old corpus cache entries are not reused.
+_CORPUS_CACHE_VERSION = "1"
+# The last file written into a corpus cache entry; the entry is complete once it exists.
+_COMPLETE = "complete.json"
+# Rows per block when a hub split is streamed into the corpus cache.
+_HUB_BLOCK_ROWS = 50_000
+
+
+def _local_blocks(src_path: Path, tgt_path: Path) -> Iterator[tuple[None, list[str], list[str]]]:
+    for src, tgt in iter_parallel_blocks(src_path, tgt_path):
+        yield None, src, tgt
 
 
 def load_local_corpus(
@@ -241,7 +300,10 @@ def load_local_corpus(
     valid_split: str = "val",
     test_split: str = "test_2016_flickr",
 ) -> datasets.DatasetDict:
-    """Load ``{split}.{lang}[.gz]`` files into splits ``train`` / ``validation`` / ``test``.
+    """Load ``{split}.{lang}[.gz]`` files into in-memory splits ``train`` / ``validation`` / ``test``.
+
+    For corpora that fit in memory (tests, a quick look); :func:`prepare_corpus` with a cache
+    directory streams any size into memory-mapped files.
 
     Args:
         data_dir: directory with the files.
@@ -255,25 +317,65 @@ def load_local_corpus(
         Unfiltered splits with columns ``id``, ``src``, ``tgt``.
     """
     out = {}
-    for name, prefix in _split_names(train_split, valid_split, test_split).items():
-        src_path = find_split_file(data_dir, prefix, src_lang)
-        tgt_path = find_split_file(data_dir, prefix, tgt_lang)
-        src, tgt = read_parallel_files(src_path, tgt_path)
-        out[name] = datasets.Dataset.from_dict(
-            {"id": list(range(len(src))), "src": src, "tgt": tgt}, features=_features()
-        )
-        logger.info("read %d %s pairs from %s and %s", len(src), name, src_path, tgt_path)
+    for name, (src_path, tgt_path) in _local_files(
+        data_dir, src_lang, tgt_lang, train_split, valid_split, test_split
+    ).items():
+        out[name], _ = write_pairs(_local_blocks(src_path, tgt_path), None, drop_blank=False)
+        logger.info("read %d %s pairs from %s and %s", len(out[name]), name, src_path, tgt_path)
     return datasets.DatasetDict(out)
 
 
-def _features() -> datasets.Features:
-    return datasets.Features(
-        {"id": datasets.Value("int64"), "src": datasets.Value("string"), "tgt": datasets.Value("string")}
+def _local_files(
+    data_dir: str | Path, src_lang: str, tgt_lang: str, *splits: str
+) -> dict[str, tuple[Path, Path]]:
+    """The source and target file of every split, all located before any is read."""
+    return {
+        name: (find_split_file(data_dir, prefix, src_lang), find_split_file(data_dir, prefix, tgt_lang))
+        for name, prefix in _split_names(*splits).items()
+    }
+
+
+def _pair_picker(
+    dataset: datasets.Dataset, src_lang: str, tgt_lang: str
+) -> Callable[[dict], tuple[list, list]]:
+    """A function from a batch of ``dataset`` to ``(sources, targets)``, for either hub layout.
+
+    Raises:
+        CorpusError: neither a ``translation`` column nor both language columns, or the
+            ``translation`` column lacks a language.
+    """
+    columns = dataset.column_names
+    if "translation" in columns:
+        pair = dataset.features["translation"]
+        langs = list(pair.languages) if isinstance(pair, datasets.Translation) else list(pair)
+        if langs and (src_lang not in langs or tgt_lang not in langs):
+            raise CorpusError(
+                f"translation column has languages {langs}, not both {src_lang!r} and {tgt_lang!r}"
+            )
+        return lambda batch: (
+            [t[src_lang] for t in batch["translation"]],
+            [t[tgt_lang] for t in batch["translation"]],
+        )
+    if src_lang in columns and tgt_lang in columns:
+        return lambda batch: (batch[src_lang], batch[tgt_lang])
+    raise CorpusError(
+        f"expected a 'translation' column or columns {src_lang!r} and {tgt_lang!r}; the dataset has {columns}"
     )
 
 
+def _hub_blocks(
+    dataset: datasets.Dataset, src_lang: str, tgt_lang: str
+) -> Iterator[tuple[np.ndarray, list[str], list[str]]]:
+    pick = _pair_picker(dataset, src_lang, tgt_lang)
+    start = 0
+    for batch in dataset.iter(batch_size=_HUB_BLOCK_ROWS):
+        src, tgt = pick(batch)
+        yield np.arange(start, start + len(src), dtype=np.int64), list(src), list(tgt)
+        start += len(src)
+
+
 def normalize_columns(dataset: datasets.Dataset, src_lang: str, tgt_lang: str) -> datasets.Dataset:
-    """Bring a hub split to columns ``id``, ``src``, ``tgt``.
+    """Bring a hub split to columns ``id``, ``src``, ``tgt`` (in memory; see :func:`prepare_corpus`).
 
     Args:
         dataset: a split with either a ``translation`` column of ``{lang: text}`` dicts or one
@@ -284,34 +386,31 @@ def normalize_columns(dataset: datasets.Dataset, src_lang: str, tgt_lang: str) -
     Raises:
         CorpusError: neither layout is present, or a language is missing.
     """
-    columns = dataset.column_names
-    if "translation" in columns:
-        pair = dataset.features["translation"]
-        langs = list(pair.languages) if isinstance(pair, datasets.Translation) else list(pair)
-        if langs and (src_lang not in langs or tgt_lang not in langs):
+    return write_pairs(_hub_blocks(dataset, src_lang, tgt_lang), None, drop_blank=False)[0]
+
+
+def _read_hub(hub_id: str, hub_config: str | None, splits: dict[str, str]) -> dict[str, datasets.Dataset]:
+    """The hub splits by our names (``datasets`` keeps them memory-mapped in its own cache).
+
+    Raises:
+        CorpusError: a split is missing; the message lists the splits that exist.
+        CorpusNotFoundError: the hub cannot be reached and the dataset is not cached, or the
+            hub has no such dataset.
+    """
+    try:
+        raw = datasets.load_dataset(hub_id, hub_config)
+    except _HUB_UNREADABLE as err:
+        raise CorpusNotFoundError(
+            f"cannot read hub dataset {hub_id}" + (f" ({hub_config})" if hub_config else "") + f": {err}"
+        ) from err
+    out = {}
+    for name, hub_split in splits.items():
+        if hub_split not in raw:
             raise CorpusError(
-                f"translation column has languages {langs}, not both {src_lang!r} and {tgt_lang!r}"
+                f"{hub_id} ({hub_config}) has no split {hub_split!r} (wanted as {name}); it has {list(raw)}"
             )
-
-        def pick(batch: dict) -> dict:
-            return {
-                "src": [t[src_lang] for t in batch["translation"]],
-                "tgt": [t[tgt_lang] for t in batch["translation"]],
-            }
-
-    elif src_lang in columns and tgt_lang in columns:
-
-        def pick(batch: dict) -> dict:
-            return {"src": batch[src_lang], "tgt": batch[tgt_lang]}
-
-    else:
-        raise CorpusError(
-            f"expected a 'translation' column or columns {src_lang!r} and {tgt_lang!r}; "
-            f"the dataset has {columns}"
-        )
-    dataset = dataset.map(pick, batched=True, remove_columns=columns, desc="select languages")
-    dataset = dataset.add_column("id", list(range(len(dataset))))
-    return dataset.select_columns(["id", "src", "tgt"]).cast(_features())
+        out[name] = raw[hub_split]
+    return out
 
 
 def load_hub_corpus(
@@ -323,7 +422,7 @@ def load_hub_corpus(
     valid_split: str = "validation",
     test_split: str = "test",
 ) -> datasets.DatasetDict:
-    """Load a parallel corpus from the Hugging Face hub (needs the network or a warm hub cache).
+    """Load a parallel corpus from the Hugging Face hub into memory (see :func:`prepare_corpus`).
 
     Args:
         hub_id: dataset id, e.g. ``"bentrevett/multi30k"`` or ``"wmt14"``.
@@ -342,61 +441,14 @@ def load_hub_corpus(
         CorpusNotFoundError: the hub cannot be reached and the dataset is not cached, or the
             hub has no such dataset.
     """
-    try:
-        raw = datasets.load_dataset(hub_id, hub_config)
-    except _HUB_UNREADABLE as err:
-        raise CorpusNotFoundError(
-            f"cannot read hub dataset {hub_id}" + (f" ({hub_config})" if hub_config else "") + f": {err}"
-        ) from err
-    out = {}
-    for name, hub_split in _split_names(train_split, valid_split, test_split).items():
-        if hub_split not in raw:
-            raise CorpusError(
-                f"{hub_id} ({hub_config}) has no split {hub_split!r} (wanted as {name}); it has {list(raw)}"
-            )
-        out[name] = normalize_columns(raw[hub_split], src_lang, tgt_lang)
-    return datasets.DatasetDict(out)
-
-
-def _iter_columns(dataset: datasets.Dataset, batch_size: int = 10_000) -> Iterator[tuple[str, str]]:
-    for batch in dataset.iter(batch_size=batch_size):
-        yield from zip(batch["src"], batch["tgt"], strict=True)
-
-
-def drop_blank_pairs(dataset: datasets.Dataset, split: str = "train") -> datasets.Dataset:
-    """Drop pairs with an empty or whitespace-only side, logging the counts.
-
-    Args:
-        dataset: columns ``src``, ``tgt``.
-        split: name used in the log line.
-
-    Returns:
-        The kept rows (``id`` unchanged).
-    """
-    keep: list[int] = []
-    empty = blank = 0
-    for i, (src, tgt) in enumerate(_iter_columns(dataset)):
-        if not src or not tgt:
-            empty += 1
-        elif not src.strip() or not tgt.strip():
-            blank += 1
-        else:
-            keep.append(i)
-    logger.info(
-        "%s: kept %d of %d pairs; dropped %d with an empty side, %d with a whitespace-only side",
-        split,
-        len(keep),
-        len(dataset),
-        empty,
-        blank,
-    )
-    return dataset if len(keep) == len(dataset) else dataset.select(keep)
+    raw = _read_hub(hub_id, hub_config, _split_names(train_split, valid_split, test_split))
+    return datasets.DatasetDict({name: normalize_columns(ds, src_lang, tgt_lang) for name, ds in raw.items()})
 
 
 def drop_long_pairs(
     dataset: datasets.Dataset,
-    src_lengths: Sequence[int],
-    tgt_lengths: Sequence[int],
+    src_lengths: Sequence[int] | np.ndarray,
+    tgt_lengths: Sequence[int] | np.ndarray,
     max_len: int,
     split: str = "train",
 ) -> datasets.Dataset:
@@ -412,7 +464,7 @@ def drop_long_pairs(
     Returns:
         The kept rows (``id`` unchanged).
     """
-    keep = [i for i, (s, t) in enumerate(zip(src_lengths, tgt_lengths, strict=True)) if max(s, t) <= max_len]
+    keep = np.flatnonzero(np.maximum(np.asarray(src_lengths), np.asarray(tgt_lengths)) <= max_len)
     logger.info(
         "%s: kept %d of %d pairs; dropped %d longer than %d tokens",
         split,
@@ -424,7 +476,41 @@ def drop_long_pairs(
     return dataset if len(keep) == len(dataset) else dataset.select(keep)
 
 
-def load_parallel_corpus(
+@dataclass
+class PreparedCorpus:
+    """A corpus in Arrow, with what downstream caches key on and what preparing it took.
+
+    Attributes:
+        splits: ``train`` (blank pairs dropped) / ``validation`` / ``test``, columns ``id``,
+            ``src``, ``tgt``; memory-mapped from the cache where one is used.
+        digests: per split, a sha256 of its columns: equal digests, equal content.
+        seconds: wall time of this call's ``read`` and ``filter`` stages (zero when reused).
+        reused: the splits came from a complete cache entry; nothing was read.
+    """
+
+    splits: datasets.DatasetDict
+    digests: dict[str, str]
+    seconds: dict[str, float]
+    reused: bool
+
+
+def _source_key(source: CorpusSource, src_lang: str, tgt_lang: str, identity: object) -> str:
+    settings = {
+        "version": _CORPUS_CACHE_VERSION,
+        "langs": [src_lang, tgt_lang],
+        "source": [str(source.data_dir), source.hub_id, source.hub_config, list(source.splits)],
+        "identity": identity,
+    }
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _file_identity(path: Path) -> list:
+    # Path, size and modification time: a changed file gets a new entry without being read.
+    st = path.stat()
+    return [str(path.resolve()), st.st_size, st.st_mtime_ns]
+
+
+def prepare_corpus(
     src_lang: str,
     tgt_lang: str,
     data_dir: str | Path | None = None,
@@ -434,12 +520,20 @@ def load_parallel_corpus(
     valid_split: str = "val",
     test_split: str = "test_2016_flickr",
     fallback_hub_id: str | None = MULTI30K_HUB_ID,
-) -> datasets.DatasetDict:
-    """Load a parallel corpus from the hub or a local directory and drop blank training pairs.
+    cache_dir: str | Path | None = None,
+) -> PreparedCorpus:
+    """Stream a parallel corpus into Arrow, drop blank training pairs, cache it; or reuse the cache.
 
-    The source is chosen by :func:`resolve_corpus_source` and named in a log line. Over-long pairs
-    are dropped later, once lengths in subwords are known (:func:`drop_long_pairs`). Validation
-    and test are never filtered: they are scored against their references line by line.
+    The source is chosen by :func:`resolve_corpus_source` and named in a log line. Files are read
+    block by block (:func:`iter_parallel_blocks`) and hub splits batch by batch, each block
+    written as it comes (:func:`data.arrow_pairs.write_pairs`), so memory stays bounded whatever
+    the corpus size. With ``cache_dir`` the splits go to ``<cache_dir>/corpus/<key>/``, ``key``
+    naming the source and each local file's path, size and modification time (a hub split's
+    ``datasets`` fingerprint); its files are written whole or not at all and a marker written last
+    says it is complete (:mod:`data.cache`), and a second call with the same files maps it
+    without reading anything. Over-long pairs are dropped later,
+    once lengths in subwords are known (:func:`drop_long_pairs`). Validation and test are never
+    filtered: they are scored against their references line by line.
 
     Args:
         src_lang: source language, e.g. ``"de"``.
@@ -453,23 +547,31 @@ def load_parallel_corpus(
         test_split: name of the split read as ``test`` (``"test_2016_flickr"`` in Multi30k files).
         fallback_hub_id: hub dataset read, with the hub's split names train / validation / test,
             where no local directory is given or found; ``None``: no fallback.
-
-    Returns:
-        ``DatasetDict`` with ``train`` / ``validation`` / ``test``, columns ``id``, ``src``, ``tgt``.
+        cache_dir: cache root; ``None``: the splits are built in memory, uncached.
 
     Raises:
         CorpusNotFoundError: the chosen source cannot be read; when it is the fallback, the
             message names the three local options and the hub id.
+        CorpusError: misaligned, undecodable or corrupt files, or a missing hub split.
     """
     source = resolve_corpus_source(
         data_dir, hub_id, hub_config, fallback_hub_id, train_split, valid_split, test_split
     )
     logger.info("corpus: %s", source.describe())
+    names = _split_names(*source.splits)
     if source.hub_id is None:
-        corpus = load_local_corpus(source.data_dir, src_lang, tgt_lang, *source.splits)
+        files = _local_files(source.data_dir, src_lang, tgt_lang, *source.splits)
+        identity = {name: [_file_identity(p) for p in pair] for name, pair in files.items()}
+
+        def blocks(name: str) -> Iterator:
+            return _local_blocks(*files[name])
+
+        def origin(name: str) -> str:
+            return f"{files[name][0]} and {files[name][1]}"
+
     else:
         try:
-            corpus = load_hub_corpus(source.hub_id, src_lang, tgt_lang, source.hub_config, *source.splits)
+            hub = _read_hub(source.hub_id, source.hub_config, names)
         except CorpusNotFoundError as err:
             if source.chosen_by != "fallback":
                 raise
@@ -482,5 +584,84 @@ def load_parallel_corpus(
                     tgt_lang,
                 )
             ) from err
-    corpus["train"] = drop_blank_pairs(corpus["train"], "train")
-    return corpus
+        for ds in hub.values():
+            _pair_picker(ds, src_lang, tgt_lang)  # a layout error before anything is written
+        identity = {name: ds._fingerprint for name, ds in hub.items()}
+
+        def blocks(name: str) -> Iterator:
+            return _hub_blocks(hub[name], src_lang, tgt_lang)
+
+        def origin(name: str) -> str:
+            return f"{source.hub_id} split {names[name]}"
+
+    def build(directory: Path | None) -> PreparedCorpus:
+        splits, digests, seconds = {}, {}, {"read": 0.0, "filter": 0.0}
+        for name in SPLITS:
+            path = None if directory is None else directory / f"{name}.arrow"
+            if path is not None:
+                remove_temporaries(path)
+            splits[name], stats = write_pairs(blocks(name), path, drop_blank=name == "train")
+            digests[name] = stats.digest
+            for stage, value in stats.seconds.items():
+                seconds[stage] += value
+            logger.info("read %d %s pairs from %s", stats.rows, name, origin(name))
+            if name == "train":
+                logger.info(
+                    "%s: kept %d of %d pairs; dropped %d with an empty side, %d with a whitespace-only side",
+                    name,
+                    stats.kept,
+                    stats.rows,
+                    stats.empty,
+                    stats.blank,
+                )
+        if directory is not None:  # the marker, last: only now is the entry complete
+            meta = {"digests": digests, "sizes": {k: len(v) for k, v in splits.items()}}
+            with atomic_write(directory / _COMPLETE) as f:
+                f.write((json.dumps(meta, indent=2) + "\n").encode())
+        return PreparedCorpus(datasets.DatasetDict(splits), digests, seconds, reused=False)
+
+    if cache_dir is None:
+        return build(None)
+    entry = Path(cache_dir) / "corpus" / _source_key(source, src_lang, tgt_lang, identity)
+    if not (entry / _COMPLETE).is_file():
+        with exclusive(entry):
+            if not (entry / _COMPLETE).is_file():
+                entry.mkdir(parents=True, exist_ok=True)
+                return build(entry)
+    meta = json.loads((entry / _COMPLETE).read_text())
+    splits = datasets.DatasetDict(
+        {name: datasets.Dataset.from_file(str(entry / f"{name}.arrow")) for name in SPLITS}
+    )
+    logger.info("reusing corpus %s (%s)", entry, ", ".join(f"{k} {v}" for k, v in meta["sizes"].items()))
+    return PreparedCorpus(splits, meta["digests"], {"read": 0.0, "filter": 0.0}, reused=True)
+
+
+def load_parallel_corpus(
+    src_lang: str,
+    tgt_lang: str,
+    data_dir: str | Path | None = None,
+    hub_id: str | None = None,
+    hub_config: str | None = None,
+    train_split: str = "train",
+    valid_split: str = "val",
+    test_split: str = "test_2016_flickr",
+    fallback_hub_id: str | None = MULTI30K_HUB_ID,
+    cache_dir: str | Path | None = None,
+) -> datasets.DatasetDict:
+    """The splits of :func:`prepare_corpus` (same arguments): blank training pairs dropped.
+
+    Returns:
+        ``DatasetDict`` with ``train`` / ``validation`` / ``test``, columns ``id``, ``src``, ``tgt``.
+    """
+    return prepare_corpus(
+        src_lang,
+        tgt_lang,
+        data_dir,
+        hub_id,
+        hub_config,
+        train_split,
+        valid_split,
+        test_split,
+        fallback_hub_id,
+        cache_dir,
+    ).splits

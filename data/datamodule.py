@@ -9,15 +9,18 @@ splits batches across ranks (rank and world size are read from ``self.trainer``)
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import datasets
 import lightning as L
+import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from data.batching import TokenBucketBatchSampler, collate_batch, padding_fraction
-from data.corpus import MULTI30K_HUB_ID, SPLITS, drop_long_pairs, load_parallel_corpus
+from data.arrow_pairs import StreamedColumn
+from data.batching import TokenBucketBatchSampler, TokenizedPairs, collate_columns, padding_fraction
+from data.corpus import MULTI30K_HUB_ID, SPLITS, drop_long_pairs, prepare_corpus
 from data.tokenizer import (
     SubwordTokenizer,
     default_cache_dir,
@@ -26,6 +29,15 @@ from data.tokenizer import (
 )
 
 logger = logging.getLogger(__name__)
+
+
+def _column(dataset: datasets.Dataset, name: str) -> np.ndarray:
+    """An int column of a memory-mapped split as a numpy array, without Python lists.
+
+    Returns:
+        ``[len(dataset)]`` int64.
+    """
+    return np.asarray(dataset.select_columns([name]).with_format("numpy")[:][name], dtype=np.int64)
 
 
 class _ResumableLoader(DataLoader):
@@ -49,7 +61,7 @@ class _ResumableLoader(DataLoader):
 class TranslationDataModule(L.LightningDataModule):
     """Loads a parallel corpus, trains or reuses SentencePiece, and serves padded batches.
 
-    Batches are dicts from :func:`data.batching.collate_batch`: ``src`` [B, S], ``src_lengths``
+    Batches are dicts from :func:`data.batching.collate_columns`: ``src`` [B, S], ``src_lengths``
     [B], ``tgt_in`` [B, T], ``tgt_out`` [B, T], ``tgt_lengths`` [B], ``ids`` [B].
 
     Args:
@@ -141,6 +153,9 @@ class TranslationDataModule(L.LightningDataModule):
         self.tokenized: datasets.DatasetDict | None = None  # id, src_ids, tgt_ids, src/tgt_len
         self.src_tokenizer: SubwordTokenizer | None = None
         self.tgt_tokenizer: SubwordTokenizer | None = None
+        self.lengths: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # split: (src_len, tgt_len)
+        self.stage_seconds: dict[str, float] = {}  # read, filter, sentencepiece, tokenize (this load)
+        self._served: dict[str, TokenizedPairs] = {}  # what the loaders fetch batches from
         self._train_sampler: TokenBucketBatchSampler | None = None
         self._pending_train_state: dict | None = None
 
@@ -149,18 +164,23 @@ class TranslationDataModule(L.LightningDataModule):
     def _load(self) -> None:
         if self.tokenized is not None:
             return
-        corpus = load_parallel_corpus(
+        seconds = {}
+        prepared = prepare_corpus(
             self.src_lang,
             self.tgt_lang,
             data_dir=self.data_dir,
             hub_id=self.hub_id,
             hub_config=self.hub_config,
             fallback_hub_id=self.fallback_hub_id,
+            cache_dir=self.cache_dir,
             **self.split_names,
         )
+        corpus = prepared.splits
+        seconds.update(prepared.seconds)
+        tick = time.perf_counter()
         src_tok, tgt_tok = train_or_load_tokenizers(
-            corpus["train"]["src"],
-            corpus["train"]["tgt"],
+            StreamedColumn(corpus["train"], "src"),  # only a sample is kept, the rest streamed past
+            StreamedColumn(corpus["train"], "tgt"),
             cache_dir=self.cache_dir,
             run_dir=self.run_dir,
             joint=self.joint_vocab,
@@ -169,35 +189,51 @@ class TranslationDataModule(L.LightningDataModule):
             character_coverage=self.character_coverage,
             input_sentence_size=self.spm_input_sentence_size,
             num_threads=self.spm_threads,
+            content_key=prepared.digests["train"],
         )
-        tokenized = {}
+        seconds["sentencepiece"] = time.perf_counter() - tick
+        tick = time.perf_counter()
+        tokenized, lengths = {}, {}
         for split in SPLITS:
-            tokenized[split] = tokenize_split(corpus[split], src_tok, tgt_tok, self.cache_dir)
-        train = tokenized["train"]
-        tokenized["train"] = drop_long_pairs(
-            train, train["src_len"][:], train["tgt_len"][:], self.max_len, "train"
-        )
+            ds = tokenize_split(
+                corpus[split], src_tok, tgt_tok, self.cache_dir, content_key=prepared.digests[split]
+            )
+            tokenized[split] = ds
+            lengths[split] = (_column(ds, "src_len"), _column(ds, "tgt_len"))
+        seconds["tokenize"] = time.perf_counter() - tick
+        src_len, tgt_len = lengths["train"]
+        keep = np.flatnonzero(np.maximum(src_len, tgt_len) <= self.max_len)
+        self._served = {split: TokenizedPairs(tokenized[split]) for split in ("validation", "test")}
+        self._served["train"] = TokenizedPairs(tokenized["train"], keep)
+        tokenized["train"] = drop_long_pairs(tokenized["train"], src_len, tgt_len, self.max_len, "train")
+        lengths["train"] = (src_len[keep], tgt_len[keep])
         for split in ("validation", "test"):
-            ds = tokenized[split]
-            n_long = sum(max(s, t) > self.max_len for s, t in zip(ds["src_len"], ds["tgt_len"], strict=True))
+            n_long = int((np.maximum(*lengths[split]) > self.max_len).sum())
             if n_long:
                 logger.warning(
                     "%s: %d of %d pairs are longer than max_len=%d tokens (kept)",
                     split,
                     n_long,
-                    len(ds),
+                    len(tokenized[split]),
                     self.max_len,
                 )
         self.corpus = corpus
         self.src_tokenizer, self.tgt_tokenizer = src_tok, tgt_tok
         self.tokenized = datasets.DatasetDict(tokenized)
+        self.lengths = lengths
+        self.stage_seconds = seconds
 
     def prepare_data(self) -> None:
-        """Read the corpus, train or reuse SentencePiece and tokenize, filling the caches."""
+        """Read the corpus, train or reuse SentencePiece and tokenize, filling the caches.
+
+        Lightning calls it on local rank 0 only; where every rank calls it (``train.py`` does,
+        before the Trainer exists, under any launcher), the cache entries' locks make one process
+        prepare each entry while the others wait and then memory-map it.
+        """
         self._load()
 
     def setup(self, stage: str | None = None) -> None:
-        """Load everything (from the caches written by :meth:`prepare_data` where possible)."""
+        """Load everything, memory-mapping the caches written by :meth:`prepare_data`."""
         self._load()
         if stage in (None, "fit"):
             logger.info(
@@ -250,11 +286,11 @@ class TranslationDataModule(L.LightningDataModule):
     def batch_sampler(self, split: str, num_replicas: int = 1, rank: int = 0) -> TokenBucketBatchSampler:
         """A fresh sampler over ``split``: shuffled for ``train``, fixed order otherwise."""
         assert self.tokenized is not None, "call setup() first"
-        ds = self.tokenized[split]
+        src_len, tgt_len = self.lengths[split]
         train = split == "train"
         return TokenBucketBatchSampler(
-            ds["src_len"][:],
-            ds["tgt_len"][:],
+            src_len,
+            tgt_len,
             max_tokens=self.max_tokens if train else self.eval_max_tokens,
             shuffle=train,
             seed=self.seed,
@@ -265,8 +301,7 @@ class TranslationDataModule(L.LightningDataModule):
     def train_padding_fraction(self) -> float:
         """Padding share of the first epoch's training batches (all ranks' batches together)."""
         sampler = self.batch_sampler("train")
-        ds = self.tokenized["train"]
-        return padding_fraction(sampler.global_batches(), ds["src_len"][:], ds["tgt_len"][:])
+        return padding_fraction(sampler.global_batches(), *self.lengths["train"])
 
     def _pin_memory(self) -> bool:
         """``pin_memory``, or when None (auto): whether the Trainer trains on a CUDA device."""
@@ -278,7 +313,7 @@ class TranslationDataModule(L.LightningDataModule):
     def _loader(self, split: str, sampler: TokenBucketBatchSampler) -> DataLoader:
         kwargs = {
             "batch_sampler": sampler,
-            "collate_fn": collate_batch,
+            "collate_fn": collate_columns,
             "num_workers": self.num_workers,
             "persistent_workers": self.num_workers > 0,
             "pin_memory": self._pin_memory(),
@@ -287,7 +322,7 @@ class TranslationDataModule(L.LightningDataModule):
             # built before, e.g. by a sanity check; exact resumption needs that independence.
             "generator": torch.Generator().manual_seed(self.seed),
         }
-        dataset = self.tokenized[split].select_columns(["id", "src_ids", "tgt_ids"])
+        dataset = self._served[split]
         if split == "train":
             return _ResumableLoader(dataset, datamodule=self, **kwargs)
         return DataLoader(dataset, **kwargs)

@@ -17,6 +17,9 @@ Why two: a training corpus must never be silently altered (a stray ``\\r`` in on
 file is data), while a translation filter must give exactly one output line for every input line,
 whatever the input holds.
 
+:func:`iter_line_blocks` gives the strict mode's lines of a file in blocks, holding about 16 MB at
+a time, for corpora of any size.
+
 :func:`one_line` turns the line-break characters inside a text into spaces, so that a translation
 never spans two output lines.
 """
@@ -26,7 +29,10 @@ from __future__ import annotations
 import enum
 import gzip
 import logging
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 logger = logging.getLogger(__name__)
 
@@ -102,17 +108,22 @@ def read_lines(path: str | Path, mode: LineMode) -> list[str]:
     return decode_lines(raw, str(path), mode)
 
 
-def _strict_lines(raw: bytes, name: str) -> list[str]:
+def _decode_strict(raw: bytes, name: str, first_line: int = 1) -> str:
+    """UTF-8 text of ``raw`` (whole lines, the first one line ``first_line``), or an error naming the line."""
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        line_no = raw.count(b"\n", 0, err.start) + 1
+        line_no = first_line + raw.count(b"\n", 0, err.start)
         line_start = raw.rfind(b"\n", 0, err.start) + 1
         bad = raw[err.start : err.end]
         raise UndecodableLineError(
             f"{name}: invalid UTF-8 at line {line_no}, byte {err.start - line_start} of the line "
             f"({bad!r}: {err.reason})"
         ) from None
+
+
+def _strict_lines(raw: bytes, name: str) -> list[str]:
+    text = _decode_strict(raw, name)
     lines = text.split("\n")
     if text.endswith("\n"):
         lines.pop()
@@ -144,3 +155,84 @@ def _lossless_lines(raw: bytes, name: str) -> list[str]:
             )
             lines.append(part.decode("utf-8", errors="replace"))
     return lines
+
+
+# ----------------------------------------------------------------------- streaming (strict mode)
+
+# Bytes read per block while streaming a file; lines are decoded a block at a time.
+_BLOCK_BYTES = 1 << 24
+
+
+class CorruptFileError(ValueError):
+    """A compressed file that is corrupt or cut short; the message names it and the last line read whole."""
+
+
+def _open_binary(path: Path) -> BinaryIO:
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
+
+
+def _every_line_ends_crlf(path: Path) -> bool:
+    """Whether every line of ``path`` (the last one too, terminated or not) ends with ``\\r``.
+
+    Stops at the first ``\\n`` without a ``\\r`` before it, i.e. within the first block of a
+    Unix file; a Windows file is scanned to its end.
+    """
+    prev_last = last = b""
+    with _open_binary(path) as f:
+        while block := f.read(_BLOCK_BYTES):
+            if block.count(b"\n") != (prev_last + block).count(b"\r\n"):
+                return False
+            prev_last = last = block[-1:]
+    return last in (b"\n", b"\r")
+
+
+def iter_line_blocks(path: str | Path) -> Iterator[list[str]]:
+    """:func:`read_lines` in :attr:`LineMode.STRICT`, streamed: lists of consecutive lines.
+
+    One block of about 16 MB is held at a time, however large the file: what a corpus of tens of
+    millions of lines is read with. The lines are those of ``read_lines(path, LineMode.STRICT)``
+    whatever the block size (``\\r`` and the byte order mark included).
+
+    Args:
+        path: a plain or ``.gz`` UTF-8 text file; its name is used in errors.
+
+    Yields:
+        Non-empty lists of lines without their ``\\n``, in file order.
+
+    Raises:
+        UndecodableLineError: invalid UTF-8; the message names the file, the line and the bytes.
+        CorruptFileError: the ``.gz`` file is corrupt or cut short; the message names the file
+            and the last line read whole (lines before it may already have been yielded).
+        OSError: the file cannot be read.
+    """
+    path = Path(path)
+    strip_cr = _every_line_ends_crlf(path)
+    done = 0  # lines yielded so far
+    rest = b""
+    try:
+        with _open_binary(path) as f:
+            bom_checked = False
+            while block := f.read(_BLOCK_BYTES):
+                block = rest + block
+                if not bom_checked:
+                    if len(block) < len(_BOM) and _BOM.startswith(block):
+                        rest = block  # too short to tell yet
+                        continue
+                    bom_checked = True
+                    if block.startswith(_BOM):
+                        block = block[len(_BOM) :]
+                cut = block.rfind(b"\n")
+                if cut < 0:
+                    rest = block
+                    continue
+                rest = block[cut + 1 :]
+                lines = _decode_strict(block[:cut], str(path), done + 1).split("\n")
+                if strip_cr:
+                    lines = [line[:-1] for line in lines]
+                done += len(lines)
+                yield lines
+    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
+        raise CorruptFileError(f"{path}: corrupt or truncated gzip data after line {done}: {err}") from None
+    if rest:
+        line = _decode_strict(rest, str(path), done + 1)
+        yield [line[:-1] if strip_cr else line]

@@ -14,19 +14,24 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import json
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import sentencepiece as spm
 
 from data.atomic import atomic_write
 
 if TYPE_CHECKING:  # imported lazily: translate.py uses this module and should start fast
     import datasets
+    import pyarrow as pa
+
+    from data.arrow_pairs import StreamedColumn
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +45,11 @@ _NOT_DECODED = frozenset({PAD_ID, BOS_ID, EOS_ID})
 
 # Bump when the training call or the tokenized layout changes, so old cache entries are not reused.
 _CACHE_VERSION = "1"
+# Encoded blocks of ``batch_size`` rows per record batch of a tokenized cache file: the loader
+# takes a batch's rows record batch by record batch (data.batching.TokenizedPairs), and with
+# 36M pairs in 50,000-row record batches a 1,000-row batch touched ~700 of them (BENCHMARKS.md,
+# "Data preparation at WMT scale").
+_BLOCKS_PER_RECORD_BATCH = 10
 
 
 def default_cache_dir() -> str:
@@ -208,19 +218,29 @@ def train_or_load_sentencepiece(
     character_coverage: float = 1.0,
     input_sentence_size: int = 2_000_000,
     num_threads: int = 1,
+    content_key: str | None = None,
 ) -> SubwordTokenizer:
     """Reuse the cached model for this training text and these settings, or train and cache one.
 
+    One process at a time trains a given model (:func:`data.cache.exclusive`); others wait and
+    load it. The model file appears complete or not at all.
+
     Args:
         texts: one or more collections of sentences, each iterated twice (hash, then training);
-            lists or ``datasets`` columns. Their concatenation is the training text.
+            lists or ``datasets`` columns. Their concatenation is the training text. With
+            ``content_key``, lists, or Arrow string arrays of which at most
+            ``input_sentence_size`` sentences are sampled (:func:`sample_sentences`) and read.
         cache_dir: cache root; models live in ``<cache_dir>/spm/<key>.model``.
         vocab_size: see :func:`train_sentencepiece`.
         model_type: see :func:`train_sentencepiece`.
         character_coverage: see :func:`train_sentencepiece`.
         input_sentence_size: see :func:`train_sentencepiece`.
         num_threads: trainer and encoder threads (not part of the key).
+        content_key: identifies the training text (e.g. the corpus digest and side), so the
+            texts need not be hashed; ``None``: the texts are hashed.
     """
+    from data.cache import exclusive, remove_temporaries  # lazy: translate.py imports this module
+
     settings = {
         "version": _CACHE_VERSION,
         "vocab_size": vocab_size,
@@ -230,23 +250,95 @@ def train_or_load_sentencepiece(
         "special_ids": [PAD_ID, UNK_ID, BOS_ID, EOS_ID],
     }
     h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    n = sum(_hash_texts(h, part) for part in texts)
+    if content_key is None:
+        n = sum(_hash_texts(h, part) for part in texts)
+    else:
+        h.update(content_key.encode())
+        n = sum(len(part) for part in texts)
     path = Path(cache_dir) / "spm" / f"{h.hexdigest()[:32]}.model"
-    if path.is_file():
-        logger.info("reusing SentencePiece model %s", path)
-        return SubwordTokenizer.load(path, num_threads=num_threads)
-    logger.info("training SentencePiece (%s, %d) on %d sentences", model_type, vocab_size, n)
-    tokenizer = train_sentencepiece(
-        (t for part in texts for t in part),
-        vocab_size,
-        model_type,
-        character_coverage,
-        input_sentence_size,
-        num_threads,
-    )
-    tokenizer.save(path)
-    logger.info("saved SentencePiece model %s", path)
-    return tokenizer
+    if not path.is_file():
+        with exclusive(path):
+            if not path.is_file():
+                remove_temporaries(path)
+                remove_temporaries(path.with_suffix(".vocab"))
+                sample = sample_sentences(texts, input_sentence_size) if content_key else texts
+                logger.info(
+                    "training SentencePiece (%s, %d) on %d of %d sentences",
+                    model_type,
+                    vocab_size,
+                    sum(len(part) for part in sample) if content_key else n,
+                    n,
+                )
+                tokenizer = train_sentencepiece(
+                    (t for part in sample for t in part),
+                    vocab_size,
+                    model_type,
+                    character_coverage,
+                    input_sentence_size,
+                    num_threads,
+                )
+                tokenizer.save(path)
+                logger.info("saved SentencePiece model %s", path)
+                return tokenizer
+    logger.info("reusing SentencePiece model %s", path)
+    return SubwordTokenizer.load(path, num_threads=num_threads)
+
+
+def _take_texts(column: pa.ChunkedArray | StreamedColumn, picks: np.ndarray | None) -> list[str]:
+    """Rows ``picks`` (sorted; ``None``: all) of a string column, taken chunk by chunk.
+
+    One ``take`` over the whole column would concatenate its chunks first, which overflows the
+    32-bit string offsets past 2 GiB of text (36M pairs of WMT-length sentences).
+    """
+    import pyarrow as pa
+
+    texts: list[str] = []
+    start = 0
+    for chunk in column.chunks:
+        if picks is None:
+            texts += chunk.to_pylist()
+        else:
+            lo, hi = np.searchsorted(picks, [start, start + len(chunk)])
+            if hi > lo:
+                texts += chunk.take(pa.array(picks[lo:hi] - start)).to_pylist()
+        start += len(chunk)
+    return texts
+
+
+def sample_sentences(parts: Sequence[Sequence[str]], size: int, seed: int = 0) -> list[list[str]]:
+    """At most ``size`` sentences of ``parts`` as Python lists: all of them in order where there
+    are no more, else a uniform sample without replacement, kept in corpus order.
+
+    Only the sampled sentences are turned into Python strings, so a corpus of tens of millions of
+    sentences in Arrow costs one sample's memory.
+
+    Args:
+        parts: lists, or Arrow string columns (anything with ``len()`` and ``chunks``: a
+            ``pyarrow.ChunkedArray``, a :class:`data.arrow_pairs.StreamedColumn`); their
+            concatenation is the text sampled from.
+        size: the most sentences returned (SentencePiece's ``input_sentence_size``).
+        seed: seed of the sample, so that the same text gives the same sample.
+
+    Returns:
+        One list per part.
+    """
+    total = sum(len(part) for part in parts)
+    chosen = None
+    if total > size:
+        chosen = np.sort(np.random.default_rng(seed).choice(total, size=size, replace=False))
+    out, offset = [], 0
+    for part in parts:
+        if chosen is None:
+            picks = None
+        else:
+            lo, hi = np.searchsorted(chosen, [offset, offset + len(part)])
+            picks = chosen[lo:hi] - offset
+        if hasattr(part, "chunks"):  # Arrow
+            out.append(_take_texts(part, picks))
+        else:
+            out.append(list(part) if picks is None else [part[i] for i in picks.tolist()])
+        offset += len(part)
+    return out
 
 
 def train_or_load_tokenizers(
@@ -260,6 +352,7 @@ def train_or_load_tokenizers(
     character_coverage: float = 1.0,
     input_sentence_size: int = 2_000_000,
     num_threads: int = 1,
+    content_key: str | None = None,
 ) -> tuple[SubwordTokenizer, SubwordTokenizer]:
     """The source and target tokenizers for a training split, copied into the run directory.
 
@@ -275,6 +368,9 @@ def train_or_load_tokenizers(
         character_coverage: see :func:`train_sentencepiece`.
         input_sentence_size: see :func:`train_sentencepiece`.
         num_threads: trainer and encoder threads.
+        content_key: identifies the training split (its corpus digest), so that the texts need
+            not be hashed and, where larger than ``input_sentence_size``, only a sample is read
+            (see :func:`train_or_load_sentencepiece`); ``None``: the texts are hashed.
 
     Returns:
         ``(src_tokenizer, tgt_tokenizer)``; the same object twice when ``joint``.
@@ -287,11 +383,17 @@ def train_or_load_tokenizers(
         "input_sentence_size": input_sentence_size,
         "num_threads": num_threads,
     }
+
+    def key(side: str) -> str | None:
+        return None if content_key is None else f"{content_key}|{side}"
+
     if joint:
-        src_tok = tgt_tok = train_or_load_sentencepiece([train_src, train_tgt], **kwargs)
+        src_tok = tgt_tok = train_or_load_sentencepiece(
+            [train_src, train_tgt], content_key=key("joint"), **kwargs
+        )
     else:
-        src_tok = train_or_load_sentencepiece([train_src], **kwargs)
-        tgt_tok = train_or_load_sentencepiece([train_tgt], **kwargs)
+        src_tok = train_or_load_sentencepiece([train_src], content_key=key("src"), **kwargs)
+        tgt_tok = train_or_load_sentencepiece([train_tgt], content_key=key("tgt"), **kwargs)
     if run_dir is not None:
         out = Path(run_dir) / "tokenizer"
         if joint:
@@ -330,19 +432,26 @@ def tokenize_split(
     src_tokenizer: SubwordTokenizer,
     tgt_tokenizer: SubwordTokenizer,
     cache_dir: str | Path | None = None,
-    batch_size: int = 1000,
+    batch_size: int = 50_000,
+    content_key: str | None = None,
 ) -> datasets.Dataset:
-    """Add subword ids and lengths with ``datasets.map(batched=True)``, cached on disk.
+    """Add subword ids and lengths, a block of rows at a time, into a memory-mapped Arrow file.
 
     The cache file is keyed by the split's content (``id``, ``src``, ``tgt``) and both models'
-    bytes, so the same text with the same models is read back instead of re-encoded.
+    bytes, so the same text with the same models is read back instead of re-encoded. It is written
+    whole or not at all (:func:`data.atomic.atomic_write`), and one process at a time encodes a
+    given split (:func:`data.cache.exclusive`); the others wait and map the file.
 
     Args:
         dataset: columns ``id``, ``src``, ``tgt``.
         src_tokenizer: source model.
         tgt_tokenizer: target model.
         cache_dir: cache root (``<cache_dir>/tokenized/<key>.arrow``); ``None`` keeps it in memory.
-        batch_size: rows per ``map`` call.
+        batch_size: rows encoded at a time; the cache file's record batches hold ten times as
+            many (few, large record batches keep the loader's gathers few:
+            :class:`data.batching.TokenizedPairs`).
+        content_key: identifies the split's content (e.g. its corpus digest), so that it need
+            not be hashed; ``None``: hashed here, one pass over the text.
 
     Returns:
         Columns ``id``, ``src_ids`` (subwords + EOS), ``tgt_ids`` (subwords, no BOS/EOS),
@@ -350,28 +459,61 @@ def tokenize_split(
         (``len(tgt_ids) + 1``, the width of the decoder input and target).
     """
     import datasets  # noqa: F811 (lazy: see the module's imports)
+    import pyarrow as pa
+    from datasets.table import InMemoryTable
 
-    def encode(batch: dict) -> dict:
-        src = [ids + [EOS_ID] for ids in src_tokenizer.encode(batch["src"])]
-        tgt = tgt_tokenizer.encode(batch["tgt"])
-        return {
-            "src_ids": src,
-            "tgt_ids": tgt,
-            "src_len": [len(s) for s in src],
-            "tgt_len": [len(t) + 1 for t in tgt],
-        }
+    from data.arrow_pairs import iter_record_batches
+    from data.cache import exclusive, remove_temporaries
 
     h = hashlib.sha256(f"{_CACHE_VERSION}|{src_tokenizer.fingerprint}|{tgt_tokenizer.fingerprint}".encode())
-    for batch in dataset.iter(batch_size=10_000):
-        h.update(json.dumps(batch["id"]).encode())
-        _hash_texts(h, batch["src"])
-        _hash_texts(h, batch["tgt"])
+    if content_key is not None:
+        h.update(content_key.encode())
+    else:
+        for batch in dataset.iter(batch_size=10_000):
+            h.update(json.dumps(batch["id"]).encode())
+            _hash_texts(h, batch["src"])
+            _hash_texts(h, batch["tgt"])
     key = h.hexdigest()[:32]
-    cache_file = None
-    if cache_dir is not None:
-        (Path(cache_dir) / "tokenized").mkdir(parents=True, exist_ok=True)
-        cache_file = str(Path(cache_dir) / "tokenized" / f"{key}.arrow")
-    features = datasets.Features(
+    schema = _TOKENIZED_FEATURES().arrow_schema
+
+    def encoded() -> Iterator[pa.RecordBatch]:
+        blocks = (
+            rb.slice(i, batch_size)
+            for rb in iter_record_batches(dataset)
+            for i in range(0, len(rb), batch_size)
+        )
+        for batch in blocks:
+            src = _id_lists(src_tokenizer.encode(batch.column("src").to_pylist()), append=EOS_ID)
+            tgt = _id_lists(tgt_tokenizer.encode(batch.column("tgt").to_pylist()))
+            columns = [batch.column("id"), src, tgt]
+            lengths = [src.value_lengths(), pa.array(tgt.value_lengths().to_numpy() + 1, type=pa.int32())]
+            yield pa.RecordBatch.from_arrays(columns + lengths, schema=schema)
+
+    if cache_dir is None:
+        table = pa.Table.from_batches(list(encoded()), schema=schema)
+        return datasets.Dataset(InMemoryTable(table))
+    path = Path(cache_dir) / "tokenized" / f"{key}.arrow"
+    if not path.is_file():
+        with exclusive(path):
+            if not path.is_file():
+                remove_temporaries(path)
+                logger.info("tokenizing %d pairs into %s", len(dataset), path)
+                with atomic_write(path) as f, pa.ipc.new_stream(f, schema) as writer:
+                    pending: list[pa.RecordBatch] = []
+                    for i, record_batch in enumerate(encoded(), start=1):
+                        pending.append(record_batch)
+                        if i % _BLOCKS_PER_RECORD_BATCH == 0:
+                            writer.write_table(pa.Table.from_batches(pending).combine_chunks())
+                            pending = []
+                    if pending:
+                        writer.write_table(pa.Table.from_batches(pending).combine_chunks())
+    return datasets.Dataset.from_file(str(path))
+
+
+def _TOKENIZED_FEATURES() -> datasets.Features:  # noqa: N802 (a constant, built lazily)
+    import datasets  # noqa: F811
+
+    return datasets.Features(
         {
             "id": datasets.Value("int64"),
             "src_ids": datasets.List(datasets.Value("int32")),
@@ -380,14 +522,30 @@ def tokenize_split(
             "tgt_len": datasets.Value("int32"),
         }
     )
-    return dataset.map(
-        encode,
-        batched=True,
-        batch_size=batch_size,
-        remove_columns=["src", "tgt"],
-        features=features,
-        cache_file_name=cache_file,
-        load_from_cache_file=True,
-        new_fingerprint=key,
-        desc="tokenize",
-    )
+
+
+def _id_lists(ids: list[list[int]], append: int | None = None) -> pa.ListArray:
+    """Lists of ids as an Arrow ``list<int32>`` column, ``append`` added to each, without per-id Python work.
+
+    Args:
+        ids: ``batch`` lists of ids.
+        append: an id added at the end of every list (EOS), or ``None``.
+
+    Returns:
+        ``[batch]`` list array.
+    """
+    import pyarrow as pa
+
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
+    if append is not None:
+        ends = np.cumsum(lengths + 1) - 1  # where each list's extra id goes
+        out = np.empty(len(flat) + len(ids), dtype=np.int32)
+        keep = np.ones(len(out), dtype=bool)
+        keep[ends] = False
+        out[keep] = flat
+        out[ends] = append
+        flat, lengths = out, lengths + 1
+    offsets = np.zeros(len(ids) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))

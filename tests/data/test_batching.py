@@ -46,14 +46,15 @@ def _epoch(sampler: TokenBucketBatchSampler, epoch: int) -> list[list[int]]:
 def test_token_budget_batches_are_consecutive_within_budget_and_greedy(
     widths: list[int], max_tokens: int
 ) -> None:
-    bounds = token_budget_batches(widths, max_tokens)
-    # Consecutive, in the order given, covering every position once.
-    assert [i for s, e in bounds for i in range(s, e)] == list(range(len(widths)))
-    for s, e in bounds:
-        assert e > s
-        assert (e - s) * max(widths[s:e]) <= max_tokens or e - s == 1  # a lone over-wide example
-    for s, e in bounds[:-1]:
-        assert (e - s + 1) * max(widths[s : e + 1]) > max_tokens  # the next one did not fit: greedy
+    for order in (widths, sorted(widths)):  # sorted: the sampler's case, cut without a loop per example
+        bounds = token_budget_batches(order, max_tokens)
+        # Consecutive, in the order given, covering every position once.
+        assert [i for s, e in bounds for i in range(s, e)] == list(range(len(order)))
+        for s, e in bounds:
+            assert e > s
+            assert (e - s) * max(order[s:e]) <= max_tokens or e - s == 1  # a lone over-wide example
+        for s, e in bounds[:-1]:
+            assert (e - s + 1) * max(order[s : e + 1]) > max_tokens  # the next one did not fit: greedy
 
 
 def test_token_batches_cover_every_sentence_within_the_budget() -> None:
@@ -244,3 +245,57 @@ def test_collate_layout() -> None:
     # Decoder input and target are the same sequence shifted by one.
     for row, n in enumerate(b["tgt_lengths"].tolist()):
         assert b["tgt_in"][row, 1:n].tolist() == b["tgt_out"][row, : n - 1].tolist()
+
+
+@PROPS
+@given(src=lengths, max_tokens=budget, seed=st.integers(0, 2**16))
+def test_batches_are_the_greedy_cut_of_the_sorted_order(src: list[int], max_tokens: int, seed: int) -> None:
+    src, tgt = _pairs(src, seed)
+    sampler = TokenBucketBatchSampler(src, tgt, max_tokens=max_tokens, shuffle=False)
+    batches = list(sampler)
+    width = [max(s, t) for s, t in zip(src, tgt, strict=True)]
+    for batch, following in itertools.pairwise(batches):
+        # Each batch is as long as the budget allows: the next example in order would not fit.
+        assert (len(batch) + 1) * width[following[0]] > max_tokens
+
+
+@PROPS
+@given(src=lengths, seed=st.integers(0, 2**16), shuffle=st.booleans())
+def test_sort_order_is_the_lexicographic_one(src: list[int], seed: int, shuffle: bool) -> None:
+    # (longest, src, tgt), ties by the epoch's random key: what np.lexsort gives, so batches stay
+    # the same as those of runs made before the single-key sort.
+    src, tgt = _pairs(src, seed)
+    sampler = TokenBucketBatchSampler(src, tgt, seed=seed)
+    rng = np.random.default_rng([seed, 1]) if shuffle else None
+    tie = np.random.default_rng([seed, 1]).permutation(len(src)) if shuffle else np.arange(len(src))
+    s, t = np.asarray(src, dtype=np.int64), np.asarray(tgt, dtype=np.int64)
+    expected = np.lexsort((tie, t, s, np.maximum(s, t)))
+    assert sampler._sorted_order(rng).tolist() == expected.tolist()
+
+
+def test_tokenized_pairs_gather_rows_across_record_batches_in_batch_order() -> None:
+    import pickle
+
+    import datasets
+    import pyarrow as pa
+    from datasets.table import InMemoryTable
+
+    from data.batching import TokenizedPairs, collate_columns
+
+    rng = np.random.default_rng(0)
+    src = [rng.integers(4, 50, rng.integers(1, 9)).tolist() for _ in range(60)]
+    tgt = [rng.integers(4, 50, rng.integers(1, 9)).tolist() for _ in range(60)]
+    table = pa.table({"id": list(range(100, 160)), "src_ids": src, "tgt_ids": tgt})
+    chunked = pa.Table.from_batches(table.to_batches(max_chunksize=7))  # as a cache file's record batches
+    rows = np.array([i for i in range(60) if i % 4])  # e.g. the pairs within max_len
+    served = TokenizedPairs(datasets.Dataset(InMemoryTable(chunked)), rows)
+    assert len(served) == len(rows)
+    indices = [30, 2, 17, 2, 44, 0, 9]  # any order, repeats allowed
+    for ds in (served, pickle.loads(pickle.dumps(served))):
+        batch = collate_columns(ds.__getitems__(indices))
+        expected = collate_batch(
+            [{"id": 100 + r, "src_ids": src[r], "tgt_ids": tgt[r]} for r in rows[indices]]
+        )
+        assert batch.keys() == expected.keys()
+        assert all(torch.equal(batch[k], expected[k]) for k in batch)
+    assert served[3] == {"id": 100 + rows[3], "src_ids": src[rows[3]], "tgt_ids": tgt[rows[3]]}

@@ -10,6 +10,7 @@ import datasets
 import pytest
 
 from data import corpus as corpus_mod
+from data import lines as lines_mod
 from data.corpus import (
     HUB_SPLITS,
     MULTI30K_HUB_ID,
@@ -313,3 +314,47 @@ def test_unreachable_explicit_hub_id_names_the_dataset(monkeypatch: pytest.Monke
     _no_hub(monkeypatch, ConnectionError("Couldn't reach 'wmt14' on the Hub (ConnectError)"))
     with pytest.raises(CorpusNotFoundError, match=r"cannot read hub dataset wmt14 \(de-en\): Couldn't reach"):
         load_parallel_corpus("de", "en", hub_id="wmt14", hub_config="de-en")
+
+
+# ------------------------------------------------------------------ streaming in blocks
+
+
+def test_errors_at_scale_name_file_line_and_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lines_mod, "_BLOCK_BYTES", 64)  # many blocks, as in a large file
+    lines = [f"zeile {i}" for i in range(200)]
+    # Undecodable bytes deep into the file: the line is counted across blocks.
+    bad = "".join(s + "\n" for s in lines[:150]).encode() + b"kaputt \xff\n" + b"ok\n"
+    path = _write(tmp_path / "bad.de.gz", bad)
+    with pytest.raises(CorpusError, match=r"bad\.de\.gz: invalid UTF-8 at line 151, byte 7"):
+        list(corpus_mod.iter_parallel_blocks(path, path))
+    # Mismatched counts: both files counted to their ends although reading stops at the first.
+    src = _write(tmp_path / "a.de", "".join(s + "\n" for s in lines))
+    tgt = _write(tmp_path / "a.en.gz", "".join(s + "\n" for s in lines[:37]))
+    with pytest.raises(CorpusError) as err:
+        list(corpus_mod.iter_parallel_blocks(src, tgt))
+    assert f"{src} has 200 lines, {tgt} has 37 lines" in str(err.value)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped"])
+def test_corrupt_gzip_names_file_and_line_reached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    monkeypatch.setattr(lines_mod, "_BLOCK_BYTES", 256)
+    text = "".join(f"{i} {' '.join(str(j * i) for j in range(30))}\n" for i in range(400))
+    payload = bytearray(gzip.compress(text.encode(), mtime=0))
+    if damage == "truncated":
+        payload = payload[: len(payload) * 2 // 3]
+    else:
+        payload[len(payload) * 2 // 3] ^= 0xFF
+    path = tmp_path / "train.de.gz"
+    path.write_bytes(bytes(payload))
+    read = []
+    with pytest.raises(CorpusError, match=r"train\.de\.gz: corrupt or truncated gzip data after line") as err:
+        for block, _ in corpus_mod.iter_parallel_blocks(path, path):
+            read += block
+    assert len(read) > 0  # it failed part-way, after some blocks
+    assert f"after line {len(read)}:" in str(err.value)  # the last line read whole
+    if damage == "truncated":
+        assert read == text.split("\n")[: len(read)]
+    # A flipped byte decompresses to garbage until gzip's checksum at the end says so: what was
+    # read is thrown away with the half-written cache entry (tests/data/test_interrupted.py).

@@ -229,3 +229,64 @@ def test_batches_are_pinned_by_default_only_for_a_cuda_trainer(tiny_corpus_dir: 
     assert _datamodule(tiny_corpus_dir, tmp_path).hparams["pin_memory"] is None  # auto
     assert pinned("cuda") and not pinned("cpu")
     assert not pinned("cuda", pin_memory=False) and pinned("cpu", pin_memory=True)
+
+
+def test_hub_translation_column_streams_through_the_same_preparation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A WMT-style hub dataset (a `translation` dict column), made here as local parquet files
+    # and read by `datasets` itself: no network.
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from data import arrow_pairs
+    from data import corpus as corpus_mod
+    from tests.toy_text import make_pairs
+
+    sizes = {"train": 2500, "validation": 40, "test": 30}
+    files = {}
+    for seed, (split, n) in enumerate(sizes.items()):
+        pairs = make_pairs(n, seed=seed)
+        if split == "train":
+            pairs[5] = ("  ", "blank source")  # dropped, counted
+        rows = [{"de": s, "en": t} for s, t in pairs]
+        files[split] = str(tmp_path / f"{split}.parquet")
+        pq.write_table(pa.table({"translation": rows}), files[split])
+    calls = []
+    real_load_dataset = datasets.load_dataset
+
+    def load_dataset(hub_id: str, config: str | None) -> datasets.DatasetDict:
+        calls.append((hub_id, config))
+        return real_load_dataset("parquet", data_files=files, cache_dir=str(tmp_path / "hf"))
+
+    monkeypatch.setattr(corpus_mod.datasets, "load_dataset", load_dataset)
+    monkeypatch.setattr(corpus_mod, "_HUB_BLOCK_ROWS", 700)  # several blocks, as for millions of rows
+    args = {
+        "hub_id": "someone/wmt-like",
+        "hub_config": "de-en",
+        "valid_split": "validation",
+        "test_split": "test",
+    }
+    dm = _datamodule(tmp_path / "unused", tmp_path, **args)
+    dm.setup("fit")
+    assert calls == [("someone/wmt-like", "de-en")]
+    assert {k: len(v) for k, v in dm.corpus.items()} == {"train": 2499, "validation": 40, "test": 30}
+    assert 5 not in dm.corpus["train"]["id"] and dm.corpus["train"]["id"][5] == 6
+    assert dm.reference_texts("test") == [t for _, t in make_pairs(30, seed=2)]
+    # Written block by block into the corpus cache, and memory-mapped from there.
+    (train_file,) = (Path(f["filename"]) for f in dm.corpus["train"].cache_files)
+    assert train_file.parent.parent == tmp_path / "cache" / "corpus"
+    with pa.memory_map(str(train_file)) as source:
+        assert len(pa.ipc.open_stream(source).read_all().to_batches()) == 4  # ceil(2500 / 700)
+    ids = sorted(i for b in dm.train_dataloader() for i in b["ids"].tolist())
+    assert ids == sorted(dm.corpus["train"]["id"])
+
+    def no_writing(*a: object, **k: object) -> None:
+        raise AssertionError("the corpus was written again although its cache entry is complete")
+
+    monkeypatch.setattr(corpus_mod, "write_pairs", no_writing)
+    monkeypatch.setattr(arrow_pairs, "write_pairs", no_writing)
+    again = _datamodule(tmp_path / "unused", tmp_path, **args)
+    again.setup("fit")
+    assert again.src_tokenizer.fingerprint == dm.src_tokenizer.fingerprint

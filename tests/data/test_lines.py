@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from data import lines as lines_mod
 from data.lines import LINE_BREAKS, LineMode, UndecodableLineError, decode_lines, one_line, read_lines
 
 STRICT, LOSSLESS = LineMode.STRICT, LineMode.LOSSLESS
@@ -123,3 +124,31 @@ def test_one_line_removes_every_line_break() -> None:
     text = "a" + "b".join(LINE_BREAKS) + "c"
     assert one_line(text).splitlines() == [one_line(text)]
     assert len(one_line(text)) == len(text)
+
+
+# ------------------------------------------------------------- strict mode, streamed in blocks
+
+TRICKY = [
+    b"",
+    b"\n",
+    b"eins\r\nzwei\r\n\r\n",  # a Windows file: \r removed
+    b"eins\r\nzwei\n",  # not wholly \r\n: kept
+    b"a\r\nb\r",  # unterminated last line ending in \r: a Windows file too
+    b"\xef\xbb\xbfmit bom\nzweite\n",
+    b"\xef\xbb\xbf",
+    "vor\u2028nach\x85x\x0cy\r\rz\nende".encode(),
+    "ä\nöü\r\n".encode() * 7,
+]
+
+
+@pytest.mark.parametrize("raw", TRICKY)
+@pytest.mark.parametrize("block", [1, 2, 3, 5, 1 << 24])
+def test_any_block_size_reads_the_same_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raw: bytes, block: int
+) -> None:
+    path = _write(tmp_path / "f.txt.gz", raw)
+    expected = read_lines(path, STRICT)  # the whole file at once
+    monkeypatch.setattr(lines_mod, "_BLOCK_BYTES", block)
+    blocks = list(lines_mod.iter_line_blocks(path))
+    assert [line for b in blocks for line in b] == expected
+    assert all(blocks)  # no empty blocks

@@ -165,3 +165,39 @@ def test_tokenize_split_fields_and_cache_reuse(
     changed = ds.map(lambda row: {"tgt": row["tgt"] + " ."})
     tokenize_split(changed, joint, joint, cache_dir=tmp_path)
     assert len(list((tmp_path / "tokenized").glob("*.arrow"))) == 2
+
+
+def test_sentencepiece_sample_is_all_in_order_or_a_seeded_uniform_subset() -> None:
+    import pyarrow as pa
+
+    from data.tokenizer import sample_sentences
+
+    src = [f"quelle {i}" for i in range(500)]
+    tgt = [f"target {i}" for i in range(300)]
+    # Arrow columns in several chunks (as memory-mapped record batches), taken chunk by chunk.
+    arrow = [pa.chunked_array([part[i : i + 64] for i in range(0, len(part), 64)]) for part in (src, tgt)]
+    assert sample_sentences([src, tgt], 800) == sample_sentences(arrow, 800) == [src, tgt]  # all, in order
+    picked = sample_sentences(arrow, 100, seed=3)
+    assert picked == sample_sentences([src, tgt], 100, seed=3)  # lists and Arrow: the same sample
+    assert picked == sample_sentences(arrow, 100, seed=3)  # reproducible
+    assert sum(map(len, picked)) == 100 and picked != sample_sentences(arrow, 100, seed=4)
+    for part, chosen in zip([src, tgt], picked, strict=True):
+        positions = [part.index(t) for t in chosen]
+        assert positions == sorted(positions) and len(set(positions)) == len(positions)  # corpus order
+
+
+def test_tokenized_cache_file_has_few_large_record_batches(
+    joint: SubwordTokenizer, pairs: list[tuple[str, str]], tmp_path: Path
+) -> None:
+    import pyarrow as pa
+
+    ds = datasets.Dataset.from_dict(
+        {"id": list(range(len(pairs))), "src": [p[0] for p in pairs], "tgt": [p[1] for p in pairs]}
+    )
+    cached = tokenize_split(ds, joint, joint, cache_dir=tmp_path, batch_size=20)
+    in_memory = tokenize_split(ds, joint, joint, cache_dir=None, batch_size=20)
+    assert cached["src_ids"][:] == in_memory["src_ids"][:] and cached["id"][:] == list(range(len(pairs)))
+    (path,) = (tmp_path / "tokenized").glob("*.arrow")
+    with pa.memory_map(str(path)) as source:
+        rows = [batch.num_rows for batch in pa.ipc.open_stream(source)]
+    assert rows == [200, 100]  # ten encoded blocks of 20 rows per record batch: few gathers per batch
