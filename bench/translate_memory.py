@@ -15,7 +15,7 @@ Two measurements, each in fresh processes (peak memory only ever grows within a 
    in-use heap that grows is something kept (such as oneDNN's kernels).
 
 Not a test: the figures depend on the machine and the checkpoint. Results: BENCHMARKS.md,
-"``translate.py`` peak memory".
+"Translation memory".
 """
 
 from __future__ import annotations

@@ -250,7 +250,7 @@ class KVCache:
 
     # Steps of room added when full. Small: every layer's storage (and the spare) carries this
     # room for every row, and outputs mostly end long before the length limit; 4 held the speed
-    # of 16 (BENCHMARKS.md, "`translate.py` peak memory").
+    # of 16 (BENCHMARKS.md, "Translation memory").
     GROWTH = 4
 
     def __init__(self, capacity: int = GROWTH) -> None:

@@ -20,7 +20,7 @@ that did not help" and "Found while profiling, and what became of it":
    ``weight.data`` bypass that counter: call ``pack_for_inference()`` again after them.
    oneDNN builds and keeps a kernel for every number of rows it sees, and decoding's row count
    changes at almost every step as sentences finish: the kept kernels grew the heap batch after
-   batch ("``translate.py`` peak memory"). So the rows are padded up to one of two sizes per
+   batch ("Translation memory"). So the rows are padded up to one of two sizes per
    octave (:func:`padded_rows`: 9..16 -> 12 or 16, 17..32 -> 24 or 32, ...), a few dozen sizes
    in all, at the price of up to half as many rows again in a matmul (a sixth on average).
 2. **Written-out attention** (:func:`prefers_written_out`, :func:`attention`) instead of the

@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 # Padded source tokens per batch, EOS included, times the beam size: what keeps translate.py
 # with the Multi30k model within 400 MiB. Larger budgets decode faster and need more memory
-# (BENCHMARKS.md, "`translate.py` peak memory").
+# (BENCHMARKS.md, "Translation memory").
 DEFAULT_MAX_TOKENS = 1536
 
 
