@@ -28,6 +28,7 @@ import torch
 from tqdm import tqdm
 
 from data.lines import LineMode, decode_lines
+from transformer.hardware import bf16_capability
 from translation.checkpoint import CheckpointError
 from translation.translator import DEFAULT_MAX_TOKENS, SearchOptions, Translation, Translator
 from translation.workers import WorkerPool
@@ -145,8 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--dtype",
         choices=sorted(DTYPES),
         default="float32",
-        help="weights' type: bfloat16 halves their memory and is faster on CPUs with AVX512-BF16 and "
-        "on recent GPUs; a few outputs differ (speed and BLEU: BENCHMARKS.md, 'Decoding speed') "
+        help="weights' type: bfloat16 halves their memory and is faster on CPUs with native bf16 "
+        "(AVX512-BF16, AMX) and on recent GPUs, slower where it is emulated (AVX2-only CPUs: a "
+        "warning says so); a few outputs differ (speed and BLEU: BENCHMARKS.md, 'Decoding speed') "
         "(default: float32)",
     )
     run.add_argument(
@@ -315,6 +317,10 @@ def run(args: argparse.Namespace) -> None:
         translator.device,
         args.dtype,
     )
+    if args.dtype == "bfloat16":
+        native, capability = bf16_capability(translator.device.type)
+        if not native:  # it runs (the CPU seam packs in fp32 there), but slower than float32
+            logger.warning("--dtype bfloat16 is emulated on this device, slower than float32: %s", capability)
     # Workers start now, in the background, while the input is read and tokenized.
     with worker_pool(translator, args.workers, args.threads) as pool:
         translate_input(args, translator, pool)

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 import translate
 from bench.uncached import Recomputing
 from tests.toy_text import LEXICON, toy_pairs, train_word_spm, translate_words
-from transformer import Transformer, TransformerConfig
+from transformer import Transformer, TransformerConfig, hardware
 from translation.checkpoint import inference_fields, write_checkpoint
 from translation.translator import DEFAULT_MAX_TOKENS, SearchOptions, Translator
 
@@ -309,6 +309,20 @@ def test_bfloat16_weights_translate_the_toy_task(
         next(Translator.from_checkpoint(toy_checkpoint, dtype=torch.bfloat16).model.parameters()).dtype
         == torch.bfloat16
     )
+
+
+def test_bfloat16_on_a_cpu_without_native_bf16_translates_and_says_it_is_slow(
+    toy_checkpoint: Path, capsysbinary: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An AVX2-only CPU, as PyTorch would report it: the packed bf16 weights go through fp32
+    packing (oneDNN refuses bf16 there), the outputs are the native path's, and one warning says why."""
+    monkeypatch.setattr(hardware, "native_bf16", lambda: False)
+    args = ["--checkpoint", str(toy_checkpoint), "--dtype", "bfloat16", "ein hund läuft", "kind frau"]
+    assert translate.main(args) == 0
+    out = capsysbinary.readouterr()
+    assert out.out == b"a dog runs\nchild woman\n"
+    warnings = [line for line in out.err.decode().splitlines() if "emulated" in line]
+    assert len(warnings) == 1 and "_is_mkldnn_bf16_supported()) is False" in warnings[0]
 
 
 def test_cached_equals_recomputed_through_the_translator(

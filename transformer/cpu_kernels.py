@@ -14,7 +14,11 @@ that did not help" and "Found while profiling, and what became of it":
    step take a fraction of ``F.linear``'s time ("Decoding speed"). Packed copies are made with
    PyTorch's ``torch.ops.mkldnn`` operators (the ones ``torch.compile`` uses for frozen CPU
    models) and used when packing is on, autograd is off, and the input is on the CPU, float32 or
-   bfloat16 (or autocast to bfloat16), with oneDNN available; otherwise it is ``F.linear``. A
+   bfloat16 (or autocast to bfloat16), with oneDNN available; otherwise it is ``F.linear``. On a
+   CPU without native bf16 (:func:`transformer.hardware.native_bf16`: AVX2-only x86 such as AMD
+   Zen 3, where oneDNN refuses to pack bf16 weights), bf16 is packed and multiplied in fp32 and
+   the result rounded to bf16: bf16 values are exact in fp32, and the native kernel accumulates
+   in fp32 too. A
    packed copy is made again when its weight changed in place (an optimizer step,
    ``load_state_dict``), detected through the tensor's version counter. Writes through
    ``weight.data`` bypass that counter: call ``pack_for_inference()`` again after them.
@@ -47,6 +51,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from transformer import hardware
 
 SMALL_QUERY = 16  # decoding-sized query lengths (2. above)
 TOPK_BLOCK = 64  # vocabulary block of ``row_topk``: a multiple of the CPU's 16-float vectors
@@ -98,21 +104,24 @@ class PackedLinears:
         Returns:
             [..., out_features].
         """
-        dtype = self._packed_dtype(x, weight)
-        if dtype is None:
+        out_dtype = self._packed_dtype(x, weight)
+        if out_dtype is None:
             y = F.linear(x, weight, bias)
             return F.relu(y) if relu else y
+        # bf16 is packed as bf16 only where the CPU computes it natively (1. above).
+        dtype = out_dtype if out_dtype != torch.bfloat16 or hardware.native_bf16() else torch.float32
         packed, packed_bias = self._pack(name, weight, bias, dtype)
         attr, scalars = ("relu", [None]) if relu else ("none", [])
         rows = x.numel() // x.size(-1)
         size = padded_rows(rows)
         if size == rows:
-            return torch.ops.mkldnn._linear_pointwise(x.to(dtype), packed, packed_bias, attr, scalars, "")
+            y = torch.ops.mkldnn._linear_pointwise(x.to(dtype), packed, packed_bias, attr, scalars, "")
+            return y.to(out_dtype)
         padded = x.new_empty(size, x.size(-1), dtype=dtype)  # (size, in)
         padded[:rows] = x.reshape(rows, -1)
         padded[rows:] = 0
         y = torch.ops.mkldnn._linear_pointwise(padded, packed, packed_bias, attr, scalars, "")
-        return y[:rows].view(*x.shape[:-1], y.size(-1))  # the first rows: contiguous
+        return y[:rows].view(*x.shape[:-1], y.size(-1)).to(out_dtype)  # the first rows: contiguous
 
     def _packed_dtype(self, x: Tensor, weight: Tensor) -> torch.dtype | None:
         """The dtype to compute in with packed weights, or None for ``F.linear``."""

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.transformer.helpers import BOS, EOS, random_tokens, tiny_model
-from transformer import cpu_kernels
+from transformer import cpu_kernels, hardware
 from transformer.attention import MultiHeadAttention, scaled_dot_product_attention
 from transformer.cpu_kernels import PackedLinears, packing_available, padded_rows, row_topk
 from transformer.search import beam_search, greedy_search
@@ -64,11 +64,10 @@ def test_padded_packed_linear_equals_f_linear(rows):
     torch.testing.assert_close(got_3d[0], F.linear(x, weight, bias), atol=1e-5, rtol=1e-5)
 
 
-@needs_onednn
-def test_packed_linear_in_bfloat16_and_under_autocast():
+def _bf16_packed_equals_f_linear(packed: PackedLinears) -> None:
+    """bf16 weights and inputs, and fp32 ones under bf16 autocast: packed gives F.linear's bf16 results."""
     weight, bias = _weights()
     x = torch.randn(6, 16)
-    packed = PackedLinears(enabled=True)
     with torch.no_grad():
         expected = F.linear(x.bfloat16(), weight.bfloat16(), bias.bfloat16())
         got = packed.linear("w", x.bfloat16(), weight.bfloat16(), bias.bfloat16())
@@ -79,6 +78,50 @@ def test_packed_linear_in_bfloat16_and_under_autocast():
             reference = F.linear(x, weight, bias)
         assert auto.dtype == reference.dtype == torch.bfloat16
         torch.testing.assert_close(auto, reference, atol=2e-2, rtol=2e-2)
+        padded = packed.linear("w", torch.randn(13, 16).bfloat16(), weight.bfloat16(), bias.bfloat16())
+        assert padded.shape == (13, 24) and padded.dtype == torch.bfloat16
+
+
+@needs_onednn
+@pytest.mark.skipif(not hardware.native_bf16(), reason="this CPU has no native bf16 (oneDNN's report)")
+def test_packed_linear_in_bfloat16_and_under_autocast():
+    packed = PackedLinears(enabled=True)
+    _bf16_packed_equals_f_linear(packed)
+    assert packed._packs["w"][0][-1] == torch.bfloat16  # packed as bf16
+
+
+@needs_onednn
+def test_without_native_bf16_bf16_is_packed_in_fp32(monkeypatch):
+    """On a CPU without native bf16 (AVX2-only x86), oneDNN refuses to pack bf16 weights: they are
+    packed in fp32 instead, with the same results in bf16, and bf16 is never handed to packing."""
+    monkeypatch.setattr(hardware, "native_bf16", lambda: False)
+    reorder = torch.ops.mkldnn._reorder_linear_weight
+    reordered: list[torch.dtype] = []
+
+    def spy(weight, *args):
+        reordered.append(weight.dtype)
+        return reorder(weight, *args)
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", spy)
+    packed = PackedLinears(enabled=True)
+    _bf16_packed_equals_f_linear(packed)
+    assert reordered and set(reordered) == {torch.float32}
+
+
+@needs_onednn
+def test_without_native_bf16_a_bf16_model_decodes_as_unpacked(monkeypatch):
+    """translate.py --dtype bfloat16 on such a CPU: the packed bf16 model's greedy and beam outputs
+    are those of the same model with F.linear (inputs and weights the same bf16 values)."""
+    monkeypatch.setattr(hardware, "native_bf16", lambda: False)
+    torch.manual_seed(0)
+    model = tiny_model().to(torch.bfloat16).eval()
+    src = random_tokens(3, 7, 37)
+    with torch.no_grad():
+        plain = greedy_search(model, src, BOS, EOS, 1.5, 5), beam_search(model, src, BOS, EOS, beam_size=3)
+        model.pack_for_inference()
+        packed = greedy_search(model, src, BOS, EOS, 1.5, 5), beam_search(model, src, BOS, EOS, beam_size=3)
+    assert packed[0] == plain[0]
+    assert [h[0].tokens for h in packed[1]] == [h[0].tokens for h in plain[1]]
 
 
 @needs_onednn
