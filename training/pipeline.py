@@ -15,13 +15,16 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from data.atomic import atomic_write
 from data.corpus import PROJECT_ROOT
 from training.averaging import average_checkpoints
+from training.budget import TimeBudgetCheck, max_time_seconds
 from training.module import TranslationModule
 from training.plots import plot_learning_curve
+from training.precision import PrecisionChoice, choose_precision
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +105,19 @@ def _to_plain_dict(cfg: DictConfig) -> dict:
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
 
 
-def train(cfg: DictConfig) -> dict[str, float]:
+def resolve_precision(cfg: DictConfig) -> PrecisionChoice:
+    """Sets ``cfg.trainer.precision`` to what the device computes well (``auto``) or keeps it; logs why."""
+    choice = choose_precision(cfg.trainer.get("precision", "32-true"), cfg.trainer.get("accelerator", "cpu"))
+    cfg.trainer.precision = choice.precision
+    if rank_zero_only.rank == 0:
+        said = (choice.precision, choice.requested, choice.reason)
+        logger.info("precision: %s (trainer.precision=%s): %s", *said)
+        if choice.slow_warning:
+            logger.warning(choice.slow_warning)
+    return choice
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
     """Fits, optionally averages checkpoints, tests; returns the final metrics.
 
     Writes into ``cfg.paths.output_dir``: ``config.yaml``, ``checkpoints/``, ``logs/metrics.csv``,
@@ -111,7 +126,11 @@ def train(cfg: DictConfig) -> dict[str, float]:
     """
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    OmegaConf.save(cfg, output_dir / "config.yaml", resolve=True)
+    precision = resolve_precision(cfg)
+    (output_dir / "config.yaml").write_text(
+        f"# trainer.precision: {precision.requested} -> {precision.precision}: {precision.reason}\n"
+        + OmegaConf.to_yaml(cfg, resolve=True)
+    )
     L.seed_everything(cfg.seed, workers=True)
     torch.set_float32_matmul_precision(cfg.get("float32_matmul_precision", "highest"))
 
@@ -167,6 +186,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
             auto_insert_metric_name=False,
         )
         callbacks.append(recent)
+    if cfg.train and cfg.trainer.get("max_time"):
+        max_time = cfg.trainer.max_time
+        budget_s = max_time_seconds(max_time if isinstance(max_time, str) else _to_plain_dict(max_time))
+        callbacks.append(TimeBudgetCheck(budget_s, int(cfg.optimizer.warmup_steps), int(cfg.average_last)))
     trainer: L.Trainer = instantiate(
         cfg.trainer,
         callbacks=callbacks,
@@ -192,10 +215,11 @@ def train(cfg: DictConfig) -> dict[str, float]:
             "averaged": str(ckpt_dir / "averaged.ckpt"),
         }[cfg.test_ckpt] or None
 
-    results: dict[str, float] = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    results: dict[str, Any] = {k: float(v) for k, v in trainer.callback_metrics.items()}
     if cfg.test:
         trainer.test(module, datamodule=datamodule, ckpt_path=test_ckpt, weights_only=True)
         results.update({k: float(v) for k, v in trainer.callback_metrics.items()})
+    results.update(precision=precision.precision, precision_reason=precision.reason)
     if trainer.is_global_zero:
         (output_dir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     metrics_csv = output_dir / "logs" / "metrics.csv"

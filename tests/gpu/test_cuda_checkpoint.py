@@ -1,4 +1,4 @@
-"""A model trained on CUDA (train.py's pipeline, trainer=gpu: bf16-mixed, fused Adam, pinned
+"""A model trained on CUDA (train.py's pipeline, trainer=gpu: the precision auto picks, fused Adam, pinned
 batches) loads with ``weights_only=True`` and translates on the CPU (greedy, fp32) as on CUDA."""
 
 from __future__ import annotations

@@ -15,7 +15,14 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from transformer.attention import fused_attention, scaled_dot_product_attention
 
-pytestmark = pytest.mark.gpu
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        not (torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)),
+        reason="needs a GPU with native bf16 (Ampere or newer): the fused bf16 kernels do not exist on "
+        "T4, V100 or RTX 20xx",
+    ),
+]
 
 B, H, D = 6, 8, 64
 # (q_len, k_len, key padding mask, causal). The flash kernel takes no mask other than is_causal

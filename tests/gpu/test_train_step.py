@@ -1,4 +1,6 @@
-"""bf16 training on CUDA, eager and compiled: finite, decreasing loss; fused Adam; bf16 matmuls."""
+"""Training on CUDA in the precision trainer.precision=auto picks for the GPU (bf16-mixed, or
+16-mixed where bf16 is not native), eager and compiled: finite, decreasing loss; fused Adam where
+no fp16 loss scaler is in the way; the matmuls in that precision."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from data.batching import collate_batch
 from data.tokenizer import EOS_ID, SubwordTokenizer
 from tests.toy_text import toy_pairs, train_word_spm
 from training.module import TranslationModule
+from training.precision import choose_precision
 
 pytestmark = pytest.mark.gpu
 
@@ -47,7 +50,9 @@ class RecordSteps(L.Callback):
 
 
 @pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
-def test_bf16_training_on_cuda_gives_finite_decreasing_loss(compile):
+def test_auto_precision_training_on_cuda_gives_finite_decreasing_loss(compile):
+    precision = choose_precision("auto", "gpu").precision
+    half = torch.bfloat16 if precision == "bf16-mixed" else torch.float16
     torch.manual_seed(0)
     batch, vocab = _toy_batch()
     model = dict(
@@ -57,17 +62,18 @@ def test_bf16_training_on_cuda_gives_finite_decreasing_loss(compile):
     module = TranslationModule(model, optimizer={"lr": 3e-3, "warmup_steps": 10}, compile=compile)
     record = RecordSteps(watch_logits=not compile)
     trainer = L.Trainer(
-        accelerator="gpu", devices=1, precision="bf16-mixed", gradient_clip_val=1.0, max_steps=80,
+        accelerator="gpu", devices=1, precision=precision, gradient_clip_val=1.0, max_steps=80,
         callbacks=[record], logger=False, enable_checkpointing=False, enable_progress_bar=False,
         enable_model_summary=False,
     )  # fmt: skip
     trainer.fit(module, train_dataloaders=DataLoader([batch] * 80, batch_size=None))
     assert next(module.model.parameters()).is_cuda
-    assert trainer.optimizers[0].defaults["fused"] is True  # optimizer.fused: null is on for CUDA
+    # optimizer.fused: null is on for CUDA, unless fp16's loss scaler must unscale before clipping
+    assert trainer.optimizers[0].defaults["fused"] is (precision != "16-mixed")
     if compile:
         assert module._compiled_losses is not None
     else:
-        assert record.ffn_dtypes == {torch.bfloat16}  # autocast ran the matmuls in bf16
+        assert record.ffn_dtypes == {half}  # autocast ran the matmuls in bf16 (or fp16)
     losses = record.losses
     assert len(losses) == 80 and all(math.isfinite(x) for x in losses)
     first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10

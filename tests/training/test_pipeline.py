@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from tests.toy_text import write_toy_corpus
 from training import averaging, pipeline
 from training.module import DEFAULT_OPTIMIZER, TranslationModule
 from training.pipeline import train
-from transformer import TransformerConfig
+from transformer import TransformerConfig, hardware
 from translation import Translator
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,7 +106,7 @@ def test_gpu_configs_resolve_to_arguments_that_exist(overrides):
     assert set(data) - {"_target_"} <= set(inspect.signature(TranslationDataModule.__init__).parameters)
     assert set(optimizer) == set(DEFAULT_OPTIMIZER)
     TransformerConfig(src_vocab_size=100, tgt_vocab_size=100, **cfg["model"])
-    assert (trainer["accelerator"], trainer["precision"]) == ("gpu", "bf16-mixed")
+    assert (trainer["accelerator"], trainer["precision"]) == ("gpu", "auto")  # bf16 where native
     assert trainer["gradient_clip_val"] > 0 and trainer["accumulate_grad_batches"] >= 1
     assert optimizer["fused"] is None  # auto: fused Adam on CUDA
     assert data["pin_memory"] is None  # auto: pinned on CUDA
@@ -139,6 +140,27 @@ def test_fast_dev_run_on_a_corpus_made_in_the_test(toy, tmp_path):
     assert "test/bleu" in results and "train/loss" in results
     assert (tmp_path / "run" / "config.yaml").is_file()
     assert (tmp_path / "run" / "tokenizer" / "joint.model").is_file()
+
+
+def test_precision_and_time_budget_are_chosen_said_and_recorded(toy, tmp_path, monkeypatch, caplog):
+    """On a CPU without native bf16, auto trains in fp32; the log, config.yaml and results.json say
+    so and why; a time budget too short for the schedule is said at the start, with what to change."""
+    monkeypatch.setattr(hardware, "native_bf16", lambda: False)
+    overrides = [*toy_overrides(*toy), "trainer.precision=auto", "trainer.max_time=00:00:05:00"]
+    overrides += ["optimizer.warmup_steps=100000", "trainer.max_epochs=1", "trainer.limit_val_batches=1"]
+    overrides += ["test=false", "average_last=3"]
+    caplog.set_level(logging.INFO)
+    results = train(compose_config(overrides, tmp_path / "run"))
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("training.")]
+    chosen = [m for m in said if m.startswith("precision: 32-true (trainer.precision=auto): no native bf16")]
+    assert len(chosen) == 1 and "_is_mkldnn_bf16_supported()) is False" in chosen[0]
+    budget = [m for m in said if m.startswith("time budget:")]
+    assert len(budget) == 1 and "too few for this schedule" in budget[0] and "trainer.max_time=" in budget[0]
+    config = (tmp_path / "run" / "config.yaml").read_text()
+    assert config.startswith("# trainer.precision: auto -> 32-true: no native bf16: CPU capability")
+    assert OmegaConf.create(config).trainer.precision == "32-true"
+    assert results["precision"] == "32-true" and "is False" in results["precision_reason"]
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["precision"] == "32-true"
 
 
 def test_a_compiled_run_validates_tests_and_writes_plain_checkpoints(toy, tmp_path):

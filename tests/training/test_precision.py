@@ -1,0 +1,66 @@
+"""trainer.precision=auto follows what the device computes natively; an explicit choice is kept,
+with a warning where bf16 would be emulated. CUDA devices are played by monkeypatch here (the
+GPU tests run the real ones)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from training.precision import choose_precision
+from transformer import hardware
+
+
+@pytest.fixture
+def cpu_bf16(monkeypatch):
+    """Sets what the CPU reports: call it with True (AVX512-BF16, AMX) or False (AVX2 only)."""
+    return lambda native: monkeypatch.setattr(hardware, "native_bf16", lambda: native)
+
+
+@pytest.fixture
+def cuda_gpu(monkeypatch):
+    """A CUDA GPU that computes bf16 natively (True: A100, H100) or not (False: T4, V100)."""
+
+    def make(native: bool) -> None:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: native)
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0) if native else (7, 5))
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "A100" if native else "Tesla T4")
+
+    return make
+
+
+@pytest.mark.parametrize(("native", "expected"), [(True, "bf16-mixed"), (False, "32-true")])
+def test_auto_on_the_cpu_takes_bf16_only_where_it_is_native(cpu_bf16, native, expected):
+    cpu_bf16(native)
+    choice = choose_precision("auto", "cpu")
+    assert choice.precision == expected and choice.slow_warning is None
+    assert torch.backends.cpu.get_cpu_capability() in choice.reason
+    assert f"_is_mkldnn_bf16_supported()) is {native}" in choice.reason
+
+
+@pytest.mark.parametrize(("native", "expected"), [(True, "bf16-mixed"), (False, "16-mixed")])
+@pytest.mark.parametrize("accelerator", ["gpu", "cuda", "auto"])
+def test_auto_on_cuda_takes_bf16_or_fp16(cuda_gpu, native, expected, accelerator):
+    cuda_gpu(native)
+    choice = choose_precision("auto", accelerator)
+    assert choice.precision == expected
+    assert ("Tesla T4 (compute capability 7.5)" in choice.reason) is not native
+
+
+def test_an_explicit_precision_wins_and_emulated_bf16_is_said_to_be_slow(cpu_bf16, cuda_gpu):
+    cpu_bf16(False)
+    slow = choose_precision("bf16-mixed", "cpu")
+    assert slow.precision == "bf16-mixed"
+    assert "emulated" in slow.slow_warning and "32-true" in slow.slow_warning
+    assert choose_precision("32-true", "cpu").slow_warning is None
+    assert choose_precision(32, "cpu").precision == "32"
+    cpu_bf16(True)
+    assert choose_precision("bf16-mixed", "cpu").slow_warning is None
+    cuda_gpu(False)
+    assert "16-mixed" in choose_precision("bf16-mixed", "gpu").slow_warning
+
+
+def test_auto_elsewhere_is_fp32(cpu_bf16):
+    choice = choose_precision("auto", "mps")
+    assert choice.precision == "32-true" and "no bf16 capability report" in choice.reason
