@@ -64,6 +64,7 @@ from bench.common import ROOT, environment, matmul_peak, median, print_config, p
 from bench.train_speed import BOS, EOS, PAD, Sizes, TorchTransformer, build_ours, forward_flops  # noqa: E402
 from data.batching import TokenBucketBatchSampler  # noqa: E402
 from training.module import token_losses  # noqa: E402
+from transformer.hardware import bf16_capability  # noqa: E402
 
 H100_BF16_DENSE_TFLOPS = 989.0  # H100 SXM5 (and H200) dense bf16 tensor-core peak, NVIDIA's data sheet
 GIB = 2**30
@@ -311,7 +312,13 @@ def main() -> None:
     parser.add_argument(
         "--models", nargs="+", default=["base", "big"], help="conf/model/ names (default base big)"
     )
-    parser.add_argument("--precision", default="bf16", choices=["bf16", "fp32"], help="bf16: autocast")
+    parser.add_argument(
+        "--precision",
+        default="auto",
+        choices=["auto", "bf16", "fp32"],
+        help="bf16: autocast; auto (default): bf16 where the device computes it natively, else fp32 "
+        "(training/precision.py), so that no emulated bf16 is timed",
+    )
     parser.add_argument(
         "--max-tokens", type=int, default=25000, help="padded tokens per batch (data.max_tokens)"
     )
@@ -345,6 +352,11 @@ def main() -> None:
     # and shapes; torch's default limit of 8 would send the later ones back to eager.
     torch._dynamo.config.recompile_limit = 64
     device = torch.device(args.device)
+    native, capability = bf16_capability(device.type)
+    if args.precision == "auto":
+        args.precision = "bf16" if native else "fp32"
+    elif args.precision == "bf16" and not native:
+        print(f"warning: bf16 is emulated on this device ({capability}): figures far below fp32's")
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     if args.peak_tflops is not None:
         peak, peak_source = args.peak_tflops * 1e12, "given (--peak-tflops)"

@@ -24,7 +24,8 @@ def training(data: dict, title: str) -> None:
     c = data["config"]
     print(
         f"{c['date']}, {c['cpu']} ({c['cpu_flags']}), {c['threads']} threads, torch {c['torch']}; "
-        f"matmul peak fp32 {c['matmul peak fp32 (2048^3)']}, bf16 {c['matmul peak bf16 (2048^3)']}\n"
+        f"matmul peak fp32 {c['matmul peak fp32 (2048^3)']}, "
+        f"bf16 {c.get('matmul peak bf16 (2048^3)', 'not measured (no native bf16)')}\n"
     )
     rows = []
     for label, r in data["results"].items():
