@@ -6,28 +6,26 @@ written last, exists. So a process killed at any point (``kill -9``, a full disk
 that a later run takes for complete: at most temporaries, which :func:`remove_temporaries` clears
 before the entry is built again. :func:`exclusive` serializes the processes that prepare the same
 entry (the ranks of a DDP job started by ``torchrun`` or SLURM all call ``prepare_data``): the
-first builds it, the others wait and then find it complete. The lock is released by the kernel
+first builds it, the others wait and then find it complete. The lock is ``filelock``'s, an OS
+lock on Linux, macOS and Windows alike (``flock`` / ``LockFileEx``), released by the kernel
 when its holder dies, so a killed preparer never blocks the next run.
 """
 
 from __future__ import annotations
 
-import fcntl
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from filelock import FileLock
+
 
 @contextmanager
 def exclusive(entry: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` for ``entry`` (on ``.<name>.lock`` beside it) for the ``with`` block."""
+    """Hold an exclusive OS lock for ``entry`` (on ``.<name>.lock`` beside it) for the ``with`` block."""
     entry.parent.mkdir(parents=True, exist_ok=True)
-    with open(entry.parent / f".{entry.name}.lock", "a+b") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    with FileLock(entry.parent / f".{entry.name}.lock"):
+        yield
 
 
 def remove_temporaries(path: Path) -> None:
