@@ -20,7 +20,8 @@ from torch.utils.data import DataLoader
 
 from data.arrow_pairs import StreamedColumn
 from data.batching import TokenBucketBatchSampler, TokenizedPairs, collate_columns, padding_fraction
-from data.corpus import MULTI30K_HUB_ID, SPLITS, drop_long_pairs, prepare_corpus
+from data.corpus import MULTI30K_HUB_ID, SPLITS
+from data.prepared import drop_long_pairs, prepare_corpus
 from data.tokenizer import (
     SubwordTokenizer,
     default_cache_dir,

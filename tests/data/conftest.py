@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 import pytest
 
 from tests.toy_text import make_pairs, write_split
+
+
+def write_file(path: Path, text: str | bytes) -> Path:
+    """``text`` (a str as UTF-8) written to ``path``, gzip-compressed where it ends in ``.gz``."""
+    payload = text.encode("utf-8") if isinstance(text, str) else text
+    if path.suffix == ".gz":
+        with gzip.open(path, "wb") as f:
+            f.write(payload)
+    else:
+        path.write_bytes(payload)
+    return path
 
 
 @pytest.fixture
