@@ -14,7 +14,9 @@ Modules, one concept each:
 * ``data.prepared``: ``prepare_corpus``, a corpus streamed into Arrow once, blank training pairs
   dropped, cached and memory-mapped; ``drop_long_pairs``.
 * ``data.tokenizer``: the special ids (``PAD_ID=0, UNK_ID=1, BOS_ID=2, EOS_ID=3``),
-  ``SubwordTokenizer``, SentencePiece training cached by content, cached tokenization.
+  ``SubwordTokenizer``, SentencePiece training cached by content.
+* ``data.tokenized``: ``tokenize_split``, whole splits tokenized into memory-mapped Arrow, cached
+  by content.
 * ``data.batching``: ``token_budget_batches`` (the one token-budget rule, also the translator's
   through ``longest_first_batches``), ``TokenBucketBatchSampler`` (length buckets, ranks,
   resumable), ``TokenizedPairs`` (whole batches gathered from Arrow) and the collate functions.
