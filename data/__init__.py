@@ -8,11 +8,15 @@ Modules, one concept each:
   caches).
 * ``data.cache``: cache entries complete or absent, prepared by one process at a time.
 * ``data.arrow_pairs``: sentence pairs streamed into Arrow block by block, blank pairs dropped.
-* ``data.corpus``: a parallel corpus (hub id or local ``{split}.{lang}[.gz]`` files) streamed into
-  Arrow as a ``datasets.DatasetDict`` with ``train`` / ``validation`` / ``test`` splits of
-  ``id, src, tgt``, cached and memory-mapped.
+* ``data.corpus``: where a parallel corpus comes from (hub id or local ``{split}.{lang}[.gz]``
+  files: which one is read, their errors) and how it is read, block by block, as ``train`` /
+  ``validation`` / ``test`` splits of ``id, src, tgt``.
+* ``data.prepared``: ``prepare_corpus``, a corpus streamed into Arrow once, blank training pairs
+  dropped, cached and memory-mapped; ``drop_long_pairs``.
 * ``data.tokenizer``: the special ids (``PAD_ID=0, UNK_ID=1, BOS_ID=2, EOS_ID=3``),
-  ``SubwordTokenizer``, SentencePiece training cached by content, cached tokenization.
+  ``SubwordTokenizer``, SentencePiece training cached by content.
+* ``data.tokenized``: ``tokenize_split``, whole splits tokenized into memory-mapped Arrow, cached
+  by content.
 * ``data.batching``: ``token_budget_batches`` (the one token-budget rule, also the translator's
   through ``longest_first_batches``), ``TokenBucketBatchSampler`` (length buckets, ranks,
   resumable), ``TokenizedPairs`` (whole batches gathered from Arrow) and the collate functions.

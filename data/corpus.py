@@ -1,4 +1,6 @@
-"""Parallel corpora as a ``datasets.DatasetDict`` with ``train`` / ``validation`` / ``test`` splits.
+"""Where a parallel corpus comes from (local files, the hub, their errors) and how it is read.
+
+A corpus is a ``datasets.DatasetDict`` with ``train`` / ``validation`` / ``test`` splits.
 
 Two sources give the same result, each split with columns ``id`` (int), ``src`` (str), ``tgt`` (str):
 
@@ -21,12 +23,13 @@ Local files are read by :func:`data.lines.read_lines` in its strict mode (``Line
 split on ``b"\\n"`` only, so ``\\r``, U+2028, ``\\x85``, ... stay inside their line and source and
 target stay aligned; ``\\r`` removed only from a file whose every line ends with ``\\r\\n``; a byte
 order mark removed; invalid UTF-8 an error naming the file and line.
+
+Preparing a corpus for training (streamed into a cache entry, blank training pairs dropped) is
+:mod:`data.prepared`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -39,8 +42,6 @@ from datasets.exceptions import DatasetNotFoundError
 from huggingface_hub.errors import LocalEntryNotFoundError
 
 from data.arrow_pairs import write_pairs
-from data.atomic import atomic_write
-from data.cache import exclusive, remove_temporaries
 from data.lines import CorruptFileError, UndecodableLineError, iter_line_blocks
 
 logger = logging.getLogger(__name__)
@@ -279,10 +280,6 @@ def _split_names(train_split: str, valid_split: str, test_split: str) -> dict[st
     return {"train": train_split, "validation": valid_split, "test": test_split}
 
 
-# Bump when reading or filtering rules change, so old corpus cache entries are not reused.
-_CORPUS_CACHE_VERSION = "1"
-# The last file written into a corpus cache entry; the entry is complete once it exists.
-_COMPLETE = "complete.json"
 # Rows per block when a hub split is streamed into the corpus cache.
 _HUB_BLOCK_ROWS = 50_000
 
@@ -302,7 +299,7 @@ def load_local_corpus(
 ) -> datasets.DatasetDict:
     """Load ``{split}.{lang}[.gz]`` files into in-memory splits ``train`` / ``validation`` / ``test``.
 
-    For corpora that fit in memory (tests, a quick look); :func:`prepare_corpus` with a cache
+    For corpora that fit in memory (tests, a quick look); :func:`data.prepared.prepare_corpus` with a cache
     directory streams any size into memory-mapped files.
 
     Args:
@@ -375,7 +372,7 @@ def _hub_blocks(
 
 
 def normalize_columns(dataset: datasets.Dataset, src_lang: str, tgt_lang: str) -> datasets.Dataset:
-    """Bring a hub split to columns ``id``, ``src``, ``tgt`` (in memory; see :func:`prepare_corpus`).
+    """Bring a hub split to columns ``id``, ``src``, ``tgt`` (in memory; see :mod:`data.prepared`).
 
     Args:
         dataset: a split with either a ``translation`` column of ``{lang: text}`` dicts or one
@@ -422,7 +419,7 @@ def load_hub_corpus(
     valid_split: str = "validation",
     test_split: str = "test",
 ) -> datasets.DatasetDict:
-    """Load a parallel corpus from the Hugging Face hub into memory (see :func:`prepare_corpus`).
+    """Load a parallel corpus from the Hugging Face hub into memory (see :mod:`data.prepared`).
 
     Args:
         hub_id: dataset id, e.g. ``"bentrevett/multi30k"`` or ``"wmt14"``.
@@ -443,225 +440,3 @@ def load_hub_corpus(
     """
     raw = _read_hub(hub_id, hub_config, _split_names(train_split, valid_split, test_split))
     return datasets.DatasetDict({name: normalize_columns(ds, src_lang, tgt_lang) for name, ds in raw.items()})
-
-
-def drop_long_pairs(
-    dataset: datasets.Dataset,
-    src_lengths: Sequence[int] | np.ndarray,
-    tgt_lengths: Sequence[int] | np.ndarray,
-    max_len: int,
-    split: str = "train",
-) -> datasets.Dataset:
-    """Drop pairs whose source or target is longer than ``max_len`` tokens, logging the counts.
-
-    Args:
-        dataset: any rows.
-        src_lengths: per-row source length (e.g. subword ids including EOS).
-        tgt_lengths: per-row target length, same unit.
-        max_len: longest length kept.
-        split: name used in the log line.
-
-    Returns:
-        The kept rows (``id`` unchanged).
-    """
-    keep = np.flatnonzero(np.maximum(np.asarray(src_lengths), np.asarray(tgt_lengths)) <= max_len)
-    logger.info(
-        "%s: kept %d of %d pairs; dropped %d longer than %d tokens",
-        split,
-        len(keep),
-        len(dataset),
-        len(dataset) - len(keep),
-        max_len,
-    )
-    return dataset if len(keep) == len(dataset) else dataset.select(keep)
-
-
-@dataclass
-class PreparedCorpus:
-    """A corpus in Arrow, with what downstream caches key on and what preparing it took.
-
-    Attributes:
-        splits: ``train`` (blank pairs dropped) / ``validation`` / ``test``, columns ``id``,
-            ``src``, ``tgt``; memory-mapped from the cache where one is used.
-        digests: per split, a sha256 of its columns: equal digests, equal content.
-        seconds: wall time of this call's ``read`` and ``filter`` stages (zero when reused).
-        reused: the splits came from a complete cache entry; nothing was read.
-    """
-
-    splits: datasets.DatasetDict
-    digests: dict[str, str]
-    seconds: dict[str, float]
-    reused: bool
-
-
-def _source_key(source: CorpusSource, src_lang: str, tgt_lang: str, identity: object) -> str:
-    settings = {
-        "version": _CORPUS_CACHE_VERSION,
-        "langs": [src_lang, tgt_lang],
-        "source": [str(source.data_dir), source.hub_id, source.hub_config, list(source.splits)],
-        "identity": identity,
-    }
-    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:32]
-
-
-def _file_identity(path: Path) -> list:
-    # Path, size and modification time: a changed file gets a new entry without being read.
-    st = path.stat()
-    return [str(path.resolve()), st.st_size, st.st_mtime_ns]
-
-
-def prepare_corpus(
-    src_lang: str,
-    tgt_lang: str,
-    data_dir: str | Path | None = None,
-    hub_id: str | None = None,
-    hub_config: str | None = None,
-    train_split: str = "train",
-    valid_split: str = "val",
-    test_split: str = "test_2016_flickr",
-    fallback_hub_id: str | None = MULTI30K_HUB_ID,
-    cache_dir: str | Path | None = None,
-) -> PreparedCorpus:
-    """Stream a parallel corpus into Arrow, drop blank training pairs, cache it; or reuse the cache.
-
-    The source is chosen by :func:`resolve_corpus_source` and named in a log line. Files are read
-    block by block (:func:`iter_parallel_blocks`) and hub splits batch by batch, each block
-    written as it comes (:func:`data.arrow_pairs.write_pairs`), so memory stays bounded whatever
-    the corpus size. With ``cache_dir`` the splits go to ``<cache_dir>/corpus/<key>/``, ``key``
-    naming the source and each local file's path, size and modification time (a hub split's
-    ``datasets`` fingerprint); its files are written whole or not at all and a marker written last
-    says it is complete (:mod:`data.cache`), and a second call with the same files maps it
-    without reading anything. Over-long pairs are dropped later,
-    once lengths in subwords are known (:func:`drop_long_pairs`). Validation and test are never
-    filtered: they are scored against their references line by line.
-
-    Args:
-        src_lang: source language, e.g. ``"de"``.
-        tgt_lang: target language, e.g. ``"en"``.
-        data_dir: local directory; ``None``: ``$MULTI30K_DIR``, else ``../shared/data/multi30k``
-            where it exists, else ``fallback_hub_id``. Ignored with ``hub_id``.
-        hub_id: hub dataset id; takes precedence over ``data_dir`` when set.
-        hub_config: hub dataset configuration, e.g. ``"de-en"``.
-        train_split: name of the training split in the source.
-        valid_split: name of the split read as ``validation`` (``"val"`` in Multi30k files).
-        test_split: name of the split read as ``test`` (``"test_2016_flickr"`` in Multi30k files).
-        fallback_hub_id: hub dataset read, with the hub's split names train / validation / test,
-            where no local directory is given or found; ``None``: no fallback.
-        cache_dir: cache root; ``None``: the splits are built in memory, uncached.
-
-    Raises:
-        CorpusNotFoundError: the chosen source cannot be read; when it is the fallback, the
-            message names the three local options and the hub id.
-        CorpusError: misaligned, undecodable or corrupt files, or a missing hub split.
-    """
-    source = resolve_corpus_source(
-        data_dir, hub_id, hub_config, fallback_hub_id, train_split, valid_split, test_split
-    )
-    logger.info("corpus: %s", source.describe())
-    names = _split_names(*source.splits)
-    if source.hub_id is None:
-        files = _local_files(source.data_dir, src_lang, tgt_lang, *source.splits)
-        identity = {name: [_file_identity(p) for p in pair] for name, pair in files.items()}
-
-        def blocks(name: str) -> Iterator:
-            return _local_blocks(*files[name])
-
-        def origin(name: str) -> str:
-            return f"{files[name][0]} and {files[name][1]}"
-
-    else:
-        try:
-            hub = _read_hub(source.hub_id, source.hub_config, names)
-        except CorpusNotFoundError as err:
-            if source.chosen_by != "fallback":
-                raise
-            raise CorpusNotFoundError(
-                _no_local_copy_message(
-                    source.hub_id,
-                    err.__cause__ or err,
-                    (train_split, valid_split, test_split),
-                    src_lang,
-                    tgt_lang,
-                )
-            ) from err
-        for ds in hub.values():
-            _pair_picker(ds, src_lang, tgt_lang)  # a layout error before anything is written
-        identity = {name: ds._fingerprint for name, ds in hub.items()}
-
-        def blocks(name: str) -> Iterator:
-            return _hub_blocks(hub[name], src_lang, tgt_lang)
-
-        def origin(name: str) -> str:
-            return f"{source.hub_id} split {names[name]}"
-
-    def build(directory: Path | None) -> PreparedCorpus:
-        splits, digests, seconds = {}, {}, {"read": 0.0, "filter": 0.0}
-        for name in SPLITS:
-            path = None if directory is None else directory / f"{name}.arrow"
-            if path is not None:
-                remove_temporaries(path)
-            splits[name], stats = write_pairs(blocks(name), path, drop_blank=name == "train")
-            digests[name] = stats.digest
-            for stage, value in stats.seconds.items():
-                seconds[stage] += value
-            logger.info("read %d %s pairs from %s", stats.rows, name, origin(name))
-            if name == "train":
-                logger.info(
-                    "%s: kept %d of %d pairs; dropped %d with an empty side, %d with a whitespace-only side",
-                    name,
-                    stats.kept,
-                    stats.rows,
-                    stats.empty,
-                    stats.blank,
-                )
-        if directory is not None:  # the marker, last: only now is the entry complete
-            meta = {"digests": digests, "sizes": {k: len(v) for k, v in splits.items()}}
-            with atomic_write(directory / _COMPLETE) as f:
-                f.write((json.dumps(meta, indent=2) + "\n").encode())
-        return PreparedCorpus(datasets.DatasetDict(splits), digests, seconds, reused=False)
-
-    if cache_dir is None:
-        return build(None)
-    entry = Path(cache_dir) / "corpus" / _source_key(source, src_lang, tgt_lang, identity)
-    if not (entry / _COMPLETE).is_file():
-        with exclusive(entry):
-            if not (entry / _COMPLETE).is_file():
-                entry.mkdir(parents=True, exist_ok=True)
-                return build(entry)
-    meta = json.loads((entry / _COMPLETE).read_text())
-    splits = datasets.DatasetDict(
-        {name: datasets.Dataset.from_file(str(entry / f"{name}.arrow")) for name in SPLITS}
-    )
-    logger.info("reusing corpus %s (%s)", entry, ", ".join(f"{k} {v}" for k, v in meta["sizes"].items()))
-    return PreparedCorpus(splits, meta["digests"], {"read": 0.0, "filter": 0.0}, reused=True)
-
-
-def load_parallel_corpus(
-    src_lang: str,
-    tgt_lang: str,
-    data_dir: str | Path | None = None,
-    hub_id: str | None = None,
-    hub_config: str | None = None,
-    train_split: str = "train",
-    valid_split: str = "val",
-    test_split: str = "test_2016_flickr",
-    fallback_hub_id: str | None = MULTI30K_HUB_ID,
-    cache_dir: str | Path | None = None,
-) -> datasets.DatasetDict:
-    """The splits of :func:`prepare_corpus` (same arguments): blank training pairs dropped.
-
-    Returns:
-        ``DatasetDict`` with ``train`` / ``validation`` / ``test``, columns ``id``, ``src``, ``tgt``.
-    """
-    return prepare_corpus(
-        src_lang,
-        tgt_lang,
-        data_dir,
-        hub_id,
-        hub_config,
-        train_split,
-        valid_split,
-        test_split,
-        fallback_hub_id,
-        cache_dir,
-    ).splits

@@ -20,13 +20,10 @@ from torch.utils.data import DataLoader
 
 from data.arrow_pairs import StreamedColumn
 from data.batching import TokenBucketBatchSampler, TokenizedPairs, collate_columns, padding_fraction
-from data.corpus import MULTI30K_HUB_ID, SPLITS, drop_long_pairs, prepare_corpus
-from data.tokenizer import (
-    SubwordTokenizer,
-    default_cache_dir,
-    tokenize_split,
-    train_or_load_tokenizers,
-)
+from data.corpus import MULTI30K_HUB_ID, SPLITS
+from data.prepared import drop_long_pairs, prepare_corpus
+from data.tokenized import tokenize_split
+from data.tokenizer import SubwordTokenizer, default_cache_dir, train_or_load_tokenizers
 
 logger = logging.getLogger(__name__)
 

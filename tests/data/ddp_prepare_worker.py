@@ -16,7 +16,7 @@ import sys
 import lightning as L
 import torch
 
-from data import corpus as corpus_mod
+from data import prepared as prepared_mod
 from data import tokenizer as tok_mod
 from data.datamodule import TranslationDataModule
 
@@ -51,7 +51,7 @@ class Recorder(L.LightningModule):
 
 def main(corpus_dir: str, cache_dir: str, out: str) -> None:
     torch.set_num_threads(1)
-    _counted(corpus_mod, "write_pairs", "corpus_splits_written")
+    _counted(prepared_mod, "write_pairs", "corpus_splits_written")
     _counted(tok_mod, "train_sentencepiece", "sentencepiece_trained")
     _counted(tok_mod.SubwordTokenizer, "encode", "encode_calls")
     dm = TranslationDataModule(data_dir=corpus_dir, vocab_size=64, max_tokens=300, cache_dir=cache_dir)

@@ -1,4 +1,4 @@
-"""Corpus loading: faithful line splitting, clear errors, filtering that reports its counts."""
+"""Corpus sources and reading: faithful line splitting, clear errors, which source is read."""
 
 from __future__ import annotations
 
@@ -17,29 +17,19 @@ from data.corpus import (
     CorpusError,
     CorpusNotFoundError,
     default_data_dir,
-    drop_long_pairs,
     load_hub_corpus,
     load_local_corpus,
-    load_parallel_corpus,
     normalize_columns,
     read_parallel_files,
     resolve_corpus_source,
 )
 from data.lines import LineMode, read_lines
+from data.prepared import load_parallel_corpus
+from tests.data.conftest import write_file
 from tests.toy_text import make_pairs, write_split
 
 # Characters that str.splitlines() or universal newlines treat as line breaks.
 HOSTILE = ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
-
-
-def _write(path: Path, text: str | bytes) -> Path:
-    payload = text.encode("utf-8") if isinstance(text, str) else text
-    if path.suffix == ".gz":
-        with gzip.open(path, "wb") as f:
-            f.write(payload)
-    else:
-        path.write_bytes(payload)
-    return path
 
 
 @pytest.mark.parametrize("suffix", ["", ".gz"])
@@ -47,8 +37,8 @@ def test_hostile_separators_stay_inside_lines(tmp_path: Path, suffix: str) -> No
     src_lines = [f"vor{c}nach {i}" for i, c in enumerate(HOSTILE)] + ["\r\r", "ende\r"]
     tgt_lines = [f"before{c}after {i}" for i, c in enumerate(HOSTILE)] + ["x", "end"]
     for split in ("train", "val", "test_2016_flickr"):
-        _write(tmp_path / f"{split}.de{suffix}", "".join(s + "\n" for s in src_lines))
-        _write(tmp_path / f"{split}.en{suffix}", "".join(t + "\n" for t in tgt_lines))
+        write_file(tmp_path / f"{split}.de{suffix}", "".join(s + "\n" for s in src_lines))
+        write_file(tmp_path / f"{split}.en{suffix}", "".join(t + "\n" for t in tgt_lines))
 
     assert read_lines(tmp_path / f"train.de{suffix}", LineMode.STRICT) == src_lines
     assert len("".join(s + "\n" for s in src_lines).splitlines()) > len(src_lines)  # the trap
@@ -64,7 +54,7 @@ def test_mismatched_line_counts_name_both_files_and_counts(tmp_path: Path) -> No
     write_split(tmp_path, "train", make_pairs(5, seed=0))
     write_split(tmp_path, "val", make_pairs(3, seed=0))
     write_split(tmp_path, "test_2016_flickr", make_pairs(3, seed=0))
-    _write(tmp_path / "val.en.gz", "one\ntwo\n")
+    write_file(tmp_path / "val.en.gz", "one\ntwo\n")
     with pytest.raises(CorpusError) as err:
         load_local_corpus(tmp_path, "de", "en")
     msg = str(err.value)
@@ -74,7 +64,7 @@ def test_mismatched_line_counts_name_both_files_and_counts(tmp_path: Path) -> No
 
 @pytest.mark.parametrize("suffix", ["", ".gz"])
 def test_invalid_utf8_names_file_and_line(tmp_path: Path, suffix: str) -> None:
-    path = _write(tmp_path / f"train.de{suffix}", b"gut\nauch gut\nkaputt \xff\xfe hier\nok\n")
+    path = write_file(tmp_path / f"train.de{suffix}", b"gut\nauch gut\nkaputt \xff\xfe hier\nok\n")
     with pytest.raises(CorpusError) as err:
         read_parallel_files(path, path)
     msg = str(err.value)
@@ -103,30 +93,6 @@ def test_split_names_are_configurable(tmp_path: Path) -> None:
     )
     assert {k: len(v) for k, v in corpus.items()} == {"train": 7, "validation": 4, "test": 3}
     assert corpus["validation"]["src"] == [p[0] for p in make_pairs(4, seed=1)]
-
-
-def test_blank_training_pairs_dropped_with_counts_eval_kept(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    src = ["gut", "", "auch", " \t\u2028", "ok", "x"]
-    tgt = ["good", "leer", "", "blank", "\x0c", "y"]
-    for split in ("train", "val", "test_2016_flickr"):
-        _write(tmp_path / f"{split}.de", "".join(s + "\n" for s in src))
-        _write(tmp_path / f"{split}.en", "".join(t + "\n" for t in tgt))
-    with caplog.at_level(logging.INFO, logger="data.corpus"):
-        corpus = load_parallel_corpus("de", "en", data_dir=str(tmp_path))
-    assert corpus["train"]["src"] == ["gut", "x"]
-    assert corpus["train"]["id"] == [0, 5]  # ids stay the line numbers
-    assert len(corpus["validation"]) == len(corpus["test"]) == 6
-    assert "kept 2 of 6 pairs; dropped 2 with an empty side, 2 with a whitespace-only side" in (caplog.text)
-
-
-def test_drop_long_pairs_reports_counts(caplog: pytest.LogCaptureFixture) -> None:
-    ds = datasets.Dataset.from_dict({"id": [0, 1, 2, 3], "src": list("abcd"), "tgt": list("abcd")})
-    with caplog.at_level(logging.INFO, logger="data.corpus"):
-        kept = drop_long_pairs(ds, [3, 9, 4, 5], [2, 4, 10, 5], max_len=5)
-    assert kept["id"] == [0, 3]
-    assert "kept 2 of 4 pairs; dropped 2 longer than 5 tokens" in caplog.text
 
 
 def test_hub_layouts_normalized_without_network(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -231,7 +197,7 @@ def test_source_order_data_dir_env_shared_then_hub(
 
     def train_size() -> int:
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger="data.corpus"):
+        with caplog.at_level(logging.INFO, logger="data.prepared"):
             corpus = load_parallel_corpus("de", "en", data_dir=data_dir)
         return len(corpus["train"])
 
@@ -280,8 +246,8 @@ def test_hub_fallback_gives_the_corpus_the_local_files_give(
     tgt = [f"before{c}after" for c in HOSTILE] + ["empty", "", "blank", "ok"]
     (tmp_path / "local").mkdir()
     for split in MULTI30K_SPLITS:
-        _write(tmp_path / "local" / f"{split}.de", "".join(s + "\n" for s in src))
-        _write(tmp_path / "local" / f"{split}.en", "".join(t + "\n" for t in tgt))
+        write_file(tmp_path / "local" / f"{split}.de", "".join(s + "\n" for s in src))
+        write_file(tmp_path / "local" / f"{split}.en", "".join(t + "\n" for t in tgt))
     rows = datasets.Dataset.from_dict({"en": tgt, "de": src})
     _fake_hub(monkeypatch, datasets.DatasetDict({split: rows for split in HUB_SPLITS}))
 
@@ -324,12 +290,12 @@ def test_errors_at_scale_name_file_line_and_counts(tmp_path: Path, monkeypatch: 
     lines = [f"zeile {i}" for i in range(200)]
     # Undecodable bytes deep into the file: the line is counted across blocks.
     bad = "".join(s + "\n" for s in lines[:150]).encode() + b"kaputt \xff\n" + b"ok\n"
-    path = _write(tmp_path / "bad.de.gz", bad)
+    path = write_file(tmp_path / "bad.de.gz", bad)
     with pytest.raises(CorpusError, match=r"bad\.de\.gz: invalid UTF-8 at line 151, byte 7"):
         list(corpus_mod.iter_parallel_blocks(path, path))
     # Mismatched counts: both files counted to their ends although reading stops at the first.
-    src = _write(tmp_path / "a.de", "".join(s + "\n" for s in lines))
-    tgt = _write(tmp_path / "a.en.gz", "".join(s + "\n" for s in lines[:37]))
+    src = write_file(tmp_path / "a.de", "".join(s + "\n" for s in lines))
+    tgt = write_file(tmp_path / "a.en.gz", "".join(s + "\n" for s in lines[:37]))
     with pytest.raises(CorpusError) as err:
         list(corpus_mod.iter_parallel_blocks(src, tgt))
     assert f"{src} has 200 lines, {tgt} has 37 lines" in str(err.value)

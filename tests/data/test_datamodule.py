@@ -242,6 +242,7 @@ def test_hub_translation_column_streams_through_the_same_preparation(
 
     from data import arrow_pairs
     from data import corpus as corpus_mod
+    from data import prepared as prepared_mod
     from tests.toy_text import make_pairs
 
     sizes = {"train": 2500, "validation": 40, "test": 30}
@@ -285,7 +286,7 @@ def test_hub_translation_column_streams_through_the_same_preparation(
     def no_writing(*a: object, **k: object) -> None:
         raise AssertionError("the corpus was written again although its cache entry is complete")
 
-    monkeypatch.setattr(corpus_mod, "write_pairs", no_writing)
+    monkeypatch.setattr(prepared_mod, "write_pairs", no_writing)
     monkeypatch.setattr(arrow_pairs, "write_pairs", no_writing)
     again = _datamodule(tmp_path / "unused", tmp_path, **args)
     again.setup("fit")

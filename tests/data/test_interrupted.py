@@ -14,6 +14,7 @@ import pytest
 from data import atomic as atomic_mod
 from data import corpus as corpus_mod
 from data import lines as lines_mod
+from data import prepared as prepared_mod
 from data import tokenizer as tok_mod
 from data.datamodule import TranslationDataModule
 from data.tokenizer import SubwordTokenizer
@@ -120,7 +121,7 @@ def test_kill_9_at_each_stage_then_the_next_run_redoes_it(
     assert len(left[stage]) < len(complete[stage])  # the killed stage left nothing complete
     assert all(not left[s] for s in stages[stages.index(stage) + 1 :])
 
-    writes = _count(monkeypatch, corpus_mod, "write_pairs")
+    writes = _count(monkeypatch, prepared_mod, "write_pairs")
     trainings = _count(monkeypatch, tok_mod, "train_sentencepiece")
     dm = _datamodule(tiny_corpus_dir, cache)
     dm.setup("fit")
