@@ -40,8 +40,9 @@ def orthogonal_gaussian(m: int, d: int, generator: torch.Generator | None = None
     """
     blocks = []
     for start in range(0, m, d):
-        q, _ = torch.linalg.qr(torch.randn(d, d, generator=generator))
-        blocks.append(q.T[: min(d, m - start)])  # orthonormal rows
+        q, r = torch.linalg.qr(torch.randn(d, d, generator=generator))
+        q = q * torch.sign(torch.diagonal(r))  # uniformly distributed (Haar) only with diag(R) > 0
+        blocks.append(q.T[: min(d, m - start)])  # orthonormal rows, each uniform on the sphere
     omega = torch.cat(blocks)  # (m, d)
     lengths = torch.randn(m, d, generator=generator).norm(dim=1)  # chi(d)
     return omega * lengths[:, None]
