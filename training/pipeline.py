@@ -25,6 +25,7 @@ from training.budget import TimeBudgetCheck, max_time_seconds
 from training.module import TranslationModule
 from training.plots import plot_learning_curve
 from training.precision import PrecisionChoice, choose_precision
+from transformer.mechanisms import AttentionConfig
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +125,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     ``tokenizer/``, ``test.<tgt>.hyp``, ``results.json`` and ``learning_curve.png``. With
     ``train=false`` the test stage uses the weights of ``ckpt_path``.
     """
+    # The attention mechanisms are checked before anything is written or the data prepared: a role
+    # a mechanism cannot do is refused at once, naming it (transformer/mechanisms.py).
+    attention = AttentionConfig.from_dict(_to_plain_dict(cfg.model.get("attention") or DictConfig({})))
+    attention.check_dropout(cfg.model.get("attention_dropout", 0.0))
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     precision = resolve_precision(cfg)

@@ -2,9 +2,11 @@
 
 Read top to bottom: :func:`scaled_dot_product_attention` is equation (1) written out;
 :func:`fused_attention` is the same through PyTorch's fused kernels (flash / memory-efficient on
-a GPU); :class:`MultiHeadAttention` is section 3.2.2, used three ways; :class:`KVCache` keeps the
-decoder's keys and values between decoding steps. CPU speed-ups (packed weights, written-out
-attention for small shapes) are delegated to ``cpu_kernels.py``, which says why.
+a GPU); :class:`SoftmaxAttention` is either, behind the one signature that every attention
+mechanism shares (``mechanisms.py`` lists the others); :class:`MultiHeadAttention` is section
+3.2.2, used three ways; :class:`KVCache` keeps the decoder's keys and values between decoding
+steps. CPU speed-ups (packed weights, written-out attention for small shapes) are delegated to
+``cpu_kernels.py``, which says why.
 
 Mask convention everywhere: a boolean tensor that is True where attention is *allowed*
 (the same as ``torch.nn.functional.scaled_dot_product_attention``).
@@ -13,6 +15,7 @@ Mask convention everywhere: a boolean tensor that is True where attention is *al
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -85,6 +88,63 @@ def fused_attention(
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
 
 
+class DecodingState(Protocol):
+    """What a mechanism keeps between decoding steps of the decoder's self-attention.
+
+    ``KVCache`` for softmax; a mechanism's own state otherwise (``linear_attention.LinearState``,
+    ``local_attention.WindowCache``). The mechanism that made it updates it; the decoder only
+    reorders it for beam search.
+    """
+
+    def select(self, rows: Tensor, spare: Tensor | None = None) -> Tensor | None:
+        """Keeps rows ``rows`` ([new_rows] indices), in that order; returns a free storage or ``spare``."""
+        ...
+
+
+class SoftmaxAttention(nn.Module):
+    """Equation (1), the mechanism every other one is compared with, behind the mechanisms' signature.
+
+    Every mechanism (``mechanisms.py``) is called the same way, by ``MultiHeadAttention``::
+
+        out, weights = mechanism(q, k, v, mask, causal, state, need_weights)
+
+    with q: [batch, heads, q_len, d_k]; k, v: [batch, heads, k_len, d_k]; mask: bool
+    [batch, 1, 1, k_len] (True at real keys) or None; causal: query i sees keys up to its own
+    position; state: decoding only, from ``new_state``, updated in place with this call's keys;
+    need_weights: also return the weights [batch, heads, q_len, k_len] (written out; for
+    pictures). Here the state is a ``KVCache``: O(n²) time and O(n) memory per decoded sequence.
+    """
+
+    def __init__(self, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.dropout = dropout
+
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        state: KVCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        if state is not None:
+            k, v = state.extend(k, v)  # (B, H, t+T, Dh)
+            # A single new query may see every cached key: no mask needed.
+            causal = causal and q.size(2) > 1
+        p = self.dropout if self.training else 0.0
+        if need_weights:
+            return scaled_dot_product_attention(q, k, v, mask, causal, p)
+        if cpu_kernels.prefers_written_out(q):  # CPU: bf16, and decoding's few queries
+            return cpu_kernels.attention(q, k, v, _with_causal(mask, q, k) if causal else mask, p), None
+        return fused_attention(q, k, v, mask, causal, p), None
+
+    def new_state(self, max_steps: int) -> KVCache:
+        """An empty K/V cache with room for at most ``KVCache.GROWTH`` steps (most outputs end early)."""
+        return KVCache(min(max_steps, KVCache.GROWTH))
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (paper, section 3.2.2), used three ways.
 
@@ -95,16 +155,21 @@ class MultiHeadAttention(nn.Module):
     The Q, K and V projections live in one [3*d_model, d_model] matrix (``in_proj``), the layout
     of ``torch.nn.MultiheadAttention``: self-attention does one matmul for all three, and
     cross-attention uses the rows for Q on the decoder and those for K, V on the encoder output.
+
+    ``mechanism`` computes attention from the projected heads (``SoftmaxAttention``, equation (1),
+    unless another is given: ``mechanisms.build_mechanism``); ``dropout`` is softmax's.
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
+    def __init__(
+        self, d_model: int, n_heads: int, dropout: float = 0.0, mechanism: nn.Module | None = None
+    ) -> None:
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         self.d_model = d_model
         self.n_heads = n_heads
         self.d_head = d_model // n_heads
-        self.dropout = dropout
+        self.mechanism = SoftmaxAttention(dropout) if mechanism is None else mechanism
         self.in_proj = nn.Linear(d_model, 3 * d_model)
         self.out_proj = nn.Linear(d_model, d_model)
         nn.init.xavier_uniform_(self.in_proj.weight)
@@ -123,16 +188,6 @@ class MultiHeadAttention(nn.Module):
         b, _, t, _ = x.shape
         return x.transpose(1, 2).reshape(b, t, self.d_model)
 
-    def _attend(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool, need_weights: bool
-    ) -> tuple[Tensor, Tensor | None]:
-        p = self.dropout if self.training else 0.0
-        if need_weights:
-            return scaled_dot_product_attention(q, k, v, mask, causal, p)
-        if cpu_kernels.prefers_written_out(q):  # CPU: bf16, and decoding's few queries
-            return cpu_kernels.attention(q, k, v, _with_causal(mask, q, k) if causal else mask, p), None
-        return fused_attention(q, k, v, mask, causal, p), None
-
     def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Encoder output to cross-attention keys and values, once per source sentence.
 
@@ -149,7 +204,7 @@ class MultiHeadAttention(nn.Module):
         x: Tensor,
         mask: Tensor | None = None,
         causal: bool = False,
-        cache: KVCache | None = None,
+        cache: DecodingState | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """Attention of a sequence to itself.
@@ -158,19 +213,15 @@ class MultiHeadAttention(nn.Module):
             x: [batch, len, d_model].
             mask: bool [batch, 1, 1 or len, len], True = may attend (key padding).
             causal: forbid attending to later positions.
-            cache: decoding only: the keys/values of the steps so far, to which this call's
-                are appended (in place).
+            cache: decoding only: the mechanism's state of the steps so far (the keys/values
+                for softmax), updated in place with this call's.
             need_weights: use the written-out path and return the weights.
 
         Returns:
             [batch, len, d_model] and the weights [batch, heads, len, keys] or None.
         """
         q, k, v = self._project_qkv(x)  # (B, H, T, Dh) each
-        if cache is not None:
-            k, v = cache.extend(k, v)  # (B, H, t+T, Dh)
-            # A single new query may see every cached key: no mask needed.
-            causal = causal and q.size(2) > 1
-        out, weights = self._attend(q, k, v, mask, causal, need_weights)
+        out, weights = self.mechanism(q, k, v, mask, causal, cache, need_weights)
         return self._project_out(out), weights
 
     def cross_attention(
@@ -206,7 +257,7 @@ class MultiHeadAttention(nn.Module):
             # (n*g, H, T, Dh) -> (n, H, g*T, Dh): hypotheses of one source become more queries.
             q = q.view(n_src, g, self.n_heads, t, self.d_head).transpose(1, 2)
             q = q.reshape(n_src, self.n_heads, g * t, self.d_head)
-        out, weights = self._attend(q, k, v, mask, False, need_weights)
+        out, weights = self.mechanism(q, k, v, mask, False, None, need_weights)
         if g > 1:
             out = out.view(n_src, self.n_heads, g, t, self.d_head).transpose(1, 2)
             out = out.reshape(rows, self.n_heads, t, self.d_head)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
+
+from transformer.mechanisms import AttentionConfig
 
 
 @dataclass
@@ -31,8 +33,13 @@ class TransformerConfig:
     tie_output: bool = True  # output projection reuses the target embedding matrix
     layer_norm_eps: float = 1e-5
     pad_id: int = 0  # padding token id, the same in source and target vocabularies
+    # The attention mechanism of each role (softmax everywhere unless set); absent from the
+    # checkpoints written before it existed, which are softmax.
+    attention: AttentionConfig = field(default_factory=AttentionConfig)
 
     def __post_init__(self) -> None:
+        self.attention = AttentionConfig.from_dict(self.attention)  # a mapping from a config file
+        self.attention.check_dropout(self.attention_dropout)
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:

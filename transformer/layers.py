@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer.attention import KVCache, MultiHeadAttention
+from transformer.attention import DecodingState, MultiHeadAttention
 from transformer.cpu_kernels import PackedLinears
+from transformer.mechanisms import AttentionConfig, build_mechanism
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -52,7 +53,10 @@ class Sublayer(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    """Self-attention then feed-forward, each wrapped in a ``Sublayer``."""
+    """Self-attention then feed-forward, each wrapped in a ``Sublayer``.
+
+    ``attention`` names the self-attention's mechanism (``attention.encoder_self``); softmax if None.
+    """
 
     def __init__(
         self,
@@ -65,9 +69,12 @@ class EncoderLayer(nn.Module):
         activation: str = "relu",
         norm_first: bool = False,
         eps: float = 1e-5,
+        attention: AttentionConfig | None = None,
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
+        attention = attention or AttentionConfig()
+        mechanism = build_mechanism("encoder_self", attention, d_model // n_heads, attention_dropout)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, mechanism)
         self.ffn = PositionwiseFeedForward(d_model, d_ff, activation, activation_dropout)
         self.attn_sub = Sublayer(d_model, dropout, norm_first, eps)
         self.ffn_sub = Sublayer(d_model, dropout, norm_first, eps)
@@ -80,7 +87,10 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Masked self-attention, encoder-decoder attention, feed-forward."""
+    """Masked self-attention, encoder-decoder attention, feed-forward.
+
+    ``attention`` names their mechanisms (``decoder_self``, ``cross``); softmax if None.
+    """
 
     def __init__(
         self,
@@ -93,10 +103,15 @@ class DecoderLayer(nn.Module):
         activation: str = "relu",
         norm_first: bool = False,
         eps: float = 1e-5,
+        attention: AttentionConfig | None = None,
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
+        attention = attention or AttentionConfig()
+        d_head = d_model // n_heads
+        self_mechanism = build_mechanism("decoder_self", attention, d_head, attention_dropout)
+        cross_mechanism = build_mechanism("cross", attention, d_head, attention_dropout)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, self_mechanism)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, cross_mechanism)
         self.ffn = PositionwiseFeedForward(d_model, d_ff, activation, activation_dropout)
         self.self_sub = Sublayer(d_model, dropout, norm_first, eps)
         self.cross_sub = Sublayer(d_model, dropout, norm_first, eps)
@@ -107,7 +122,7 @@ class DecoderLayer(nn.Module):
         y: Tensor,
         memory_kv: tuple[Tensor, Tensor],
         src_mask: Tensor | None,
-        cache: KVCache | None = None,
+        cache: DecodingState | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """One decoder layer.
@@ -116,7 +131,8 @@ class DecoderLayer(nn.Module):
             y: [rows, tgt_len, d_model] decoder stream (rows = n_src * hypotheses per source).
             memory_kv: this layer's cross-attention (k, v), each [n_src, heads, src_len, d_head].
             src_mask: bool [n_src, 1, 1, src_len], True at real source tokens.
-            cache: this layer's self-attention K/V cache (decoding), updated in place.
+            cache: this layer's self-attention state (decoding: a K/V cache for softmax),
+                updated in place.
             need_weights: return the cross-attention weights [rows, heads, tgt_len, src_len].
         """
         h, _ = self.self_attn.self_attention(self.self_sub.pre(y), causal=True, cache=cache)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from torch import Tensor, nn
 
-from transformer.attention import KVCache
+from transformer.attention import DecodingState
 from transformer.config import TransformerConfig
 from transformer.cpu_kernels import PackedLinears
 from transformer.embeddings import Embeddings, PositionalEncoding
@@ -22,14 +22,15 @@ class DecoderState:
     the beam size for beam search). Cross-attention K/V are stored once per *source*.
 
     Attributes:
-        self_caches: per decoder layer, the self-attention keys/values of the steps so far,
-            each [rows, heads, steps, d_head]; grows by one step each step.
+        self_caches: per decoder layer, its self-attention mechanism's state of the steps so far:
+            for softmax a ``KVCache`` of keys/values, each [rows, heads, steps, d_head], that grows
+            by one step each step; for the others what their ``new_state`` makes.
         cross_kv: per decoder layer, (k, v): [n_src, heads, src_len, d_head]; computed once.
         src_mask: bool [n_src, 1, 1, src_len], True at real source tokens.
         step: number of target tokens fed so far (the next token's position).
     """
 
-    self_caches: list[KVCache]
+    self_caches: list[DecodingState]
     cross_kv: list[tuple[Tensor, Tensor]]
     src_mask: Tensor
     step: int = 0
@@ -71,6 +72,7 @@ def layer_arguments(cfg: TransformerConfig) -> dict:
         "activation": cfg.activation,
         "norm_first": cfg.norm_first,
         "eps": cfg.layer_norm_eps,
+        "attention": cfg.attention,
     }
 
 
@@ -102,7 +104,7 @@ class Decoder(nn.Module):
         y: Tensor,
         cross_kv: list[tuple[Tensor, Tensor]],
         src_mask: Tensor,
-        caches: list[KVCache] | None = None,
+        caches: list[DecodingState] | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, list[Tensor]]:
         """y: [rows, tgt_len, d_model] -> ([rows, tgt_len, d_model], per-layer cross weights)."""
@@ -220,13 +222,13 @@ class Transformer(nn.Module):
         return weights
 
     def start_decoding(self, memory: Tensor, src_mask: Tensor, max_steps: int = 64) -> DecoderState:
-        """Empty self-attention caches and the cross-attention K/V of ``memory`` [n_src, src_len, d].
+        """Empty self-attention states and the cross-attention K/V of ``memory`` [n_src, src_len, d].
 
-        ``max_steps``: the most steps decoding may take. The caches start with room for at most
-        ``KVCache.GROWTH`` and grow when full: most outputs end long before the length limit.
+        ``max_steps``: the most steps decoding may take. Softmax's caches start with room for at
+        most ``KVCache.GROWTH`` and grow when full: most outputs end long before the length limit.
         """
         return DecoderState(
-            self_caches=[KVCache(min(max_steps, KVCache.GROWTH)) for _ in self.decoder.layers],
+            self_caches=[layer.self_attn.mechanism.new_state(max_steps) for layer in self.decoder.layers],
             cross_kv=self.project_memory(memory),
             src_mask=src_mask,
         )

@@ -92,6 +92,34 @@ def test_from_checkpoint_restores_model_and_tokenizers(good: Path) -> None:
     assert translator.src_tokenizer.encode(["dog"]) == [[1]]  # separate vocabularies: unknown
 
 
+@pytest.mark.parametrize(
+    "attention",
+    [{"encoder_self": "performer", "decoder_self": "linear", "cross": "performer", "features": 8},
+     {"encoder_self": "sparse", "decoder_self": "atrous", "window": 2, "stride": 3}],
+    ids=["performer-linear", "sparse-atrous"],
+)  # fmt: skip
+def test_a_checkpoint_with_other_attention_translates_as_it_was_saved(
+    attention: dict, tmp_path: Path, protos: dict[str, bytes]
+) -> None:
+    model = model_for(protos["src"], protos["tgt"], attention=attention)
+    fields = inference_fields(protos["src"], protos["tgt"], "de", "en")
+    path = write_checkpoint(tmp_path / "other.ckpt", model, fields)
+    translator = Translator.from_checkpoint(path, "cpu")
+    assert translator.model.cfg == model.cfg  # the mechanisms, and the Performer's features (a buffer)
+    for key, value in translator.model.state_dict().items():
+        assert torch.equal(value, model.state_dict()[key]), key
+    assert translator.translate(["ein hund läuft"], beam_size=2) == Translator(
+        model, translator.src_tokenizer, translator.tgt_tokenizer, 2, 3, torch.device("cpu")
+    ).translate(["ein hund läuft"], beam_size=2)
+
+
+def test_a_checkpoint_from_before_attention_was_a_setting_loads_as_softmax(
+    good: Path, tmp_path: Path
+) -> None:
+    changed = _rewrite(good, tmp_path, lambda c: c["hyper_parameters"]["model"].pop("attention"))
+    assert Translator.from_checkpoint(changed, "cpu").model.cfg.attention.is_softmax
+
+
 def test_joint_vocabulary_is_stored_once(tmp_path: Path, protos: dict[str, bytes]) -> None:
     joint = train_word_spm(SRC_TEXT + TGT_TEXT)
     model = model_for(joint, joint, share_embeddings=True)
@@ -167,6 +195,10 @@ BROKEN: dict[str, tuple[Callable[[dict], None], str]] = {
     "tokenizer not bytes": (_set("nmt", "src_spm", "src.model"), "the source tokenizer is a str"),
     "bad tokenizer": (_set("nmt", "src_spm", b"garbage"), "source tokenizer: not a SentencePiece model"),
     "no special ids": (lambda c: c["nmt"].pop("eos_id"), "incomplete 'nmt' entry"),
+    "refused attention": (
+        _set("hyper_parameters", "model", "attention", {"cross": "local"}),
+        "invalid model configuration (attention.cross=local is not supported",
+    ),
 }
 
 

@@ -6,7 +6,8 @@
 Each writes a complete folder (model, SentencePiece models ``source.spm`` and ``target.spm``, a
 model card ``README.md``) aside and moves it into place at the end, so ``DIR`` is never half
 written. A missing extra, a bad checkpoint, an existing ``DIR`` (without ``--force``) or a model
-the format cannot express gives a one-line error and exit status 2.
+the format cannot express (a non-softmax attention mechanism, for either) gives a one-line error
+and exit status 2.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from transformer.mechanisms import ROLES
 from translation.checkpoint import CheckpointError, InferenceCheckpoint, load_checkpoint
 from translation.export.card import card_facts, model_card
 from translation.export.ctranslate2 import QUANTIZATIONS
@@ -98,6 +100,15 @@ print(tokenizer.batch_decode(model.generate(**batch, num_beams=5), skip_special_
 """
 
 
+def non_softmax_attention(checkpoint: InferenceCheckpoint) -> str:
+    """Why the model's attention has no CTranslate2 or Marian equivalent; '' for softmax everywhere."""
+    attention = checkpoint.model.cfg.attention
+    others = [f"{role}={getattr(attention, role)}" for role in ROLES if getattr(attention, role) != "softmax"]
+    if not others:
+        return ""
+    return f"its attention is not softmax ({', '.join(others)}) and CTranslate2 and Marian have softmax only"
+
+
 def write_export(checkpoint: InferenceCheckpoint, fmt: str, directory: Path, quantization: str) -> None:
     """The model and its SentencePiece models, in ``directory`` (the card is written after)."""
     if fmt == "ctranslate2":
@@ -130,6 +141,9 @@ def run(args: argparse.Namespace) -> Path:
         raise ExportError(f"--output {output}: exists and is not empty; --force replaces it")
     check_extra(args.format)  # before reading the checkpoint, which takes longer
     checkpoint = load_checkpoint(args.checkpoint)
+    reason = non_softmax_attention(checkpoint)
+    if reason:
+        raise ExportError(f"cannot export to {args.format}: {reason}")
     if args.format == "huggingface":
         from translation.export.huggingface import unsupported
 

@@ -7,6 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from data.tokenizer import SubwordTokenizer
+from tests.toy_text import toy_pairs, train_word_spm
+from tests.transformer.helpers import tiny_model
+from translation.checkpoint import inference_fields, write_checkpoint
 from translation.export.__main__ import INSTALL, main
 
 
@@ -59,3 +63,20 @@ def test_bad_checkpoint_and_options(
     with pytest.raises(SystemExit) as exit_info:
         main(["--checkpoint", "x", "--format", "huggingface", "--output", "o", "--quantization", "int8"])
     assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize("fmt", ["ctranslate2", "huggingface"])
+def test_a_non_softmax_checkpoint_is_refused_in_one_line(
+    fmt: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("translation.export.__main__.check_extra", lambda fmt: None)
+    proto = train_word_spm([s for s, _ in toy_pairs(20, seed=0)])
+    size = SubwordTokenizer(proto).vocab_size
+    model = tiny_model(
+        src_vocab_size=size, tgt_vocab_size=size, attention={"encoder_self": "performer", "features": 8}
+    )
+    path = write_checkpoint(tmp_path / "performer.ckpt", model, inference_fields(proto, None, "de", "en"))
+    assert main(["--checkpoint", str(path), "--format", fmt, "--output", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "encoder_self=performer" in err and "softmax only" in err
+    assert not (tmp_path / "o").exists()

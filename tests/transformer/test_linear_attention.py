@@ -1,0 +1,120 @@
+"""Linear attention, Performer: the factored sums equal the kernel written out; FAVOR+ estimates softmax."""
+
+import pytest
+import torch
+
+from transformer.attention import scaled_dot_product_attention
+from transformer.feature_maps import EluFeatureMap, FavorFeatureMap, orthogonal_gaussian
+from transformer.linear_attention import LinearAttention, causal_linear
+
+
+def _qkv(b=2, h=2, tq=11, tk=11, d=8, scale=1.0):
+    return (scale * torch.randn(b, h, tq, d), scale * torch.randn(b, h, tk, d), torch.randn(b, h, tk, d))
+
+
+def _key_mask(b, tk, lengths=(None, 4)):
+    lengths = torch.tensor([tk if n is None else n for n in lengths])[:b]
+    return (torch.arange(tk)[None, :] < lengths[:, None])[:, None, None, :]  # (B, 1, 1, Tk)
+
+
+FEATURE_MAPS = pytest.mark.parametrize(
+    "feature_map", [EluFeatureMap(), FavorFeatureMap(8, 32)], ids=["elu+1", "favor+"]
+)
+
+
+@FEATURE_MAPS
+@pytest.mark.parametrize("causal", [False, True])
+def test_factored_sums_equal_the_written_out_kernel_attention(feature_map, causal):
+    """φ(Q)(φ(K)ᵀV) / φ(Q)(φ(K)ᵀ1) == (normalised φ(Q)φ(K)ᵀ) V, the n × n form, chunks crossed."""
+    attention = LinearAttention(feature_map, chunk=4).eval()
+    q, k, v = _qkv()
+    mask = None if causal else _key_mask(2, 11)
+    out, weights = attention(q, k, v, mask, causal, need_weights=True)
+    torch.testing.assert_close(out, weights @ v, atol=1e-5, rtol=1e-4)
+    if causal:
+        assert (weights.triu(diagonal=1) == 0).all()
+    else:
+        assert (weights[1, :, :, 4:] == 0).all()  # padded keys have no weight
+
+
+@FEATURE_MAPS
+def test_padded_keys_contribute_nothing(feature_map):
+    attention = LinearAttention(feature_map).eval()
+    q, k, v = _qkv(b=1, tk=5)
+    out, _ = attention(q, k, v)
+    garbage_k, garbage_v = 50 * torch.randn(1, 2, 3, 8), 50 * torch.randn(1, 2, 3, 8)
+    mask = _key_mask(1, 8, lengths=(5,))
+    padded, _ = attention(q, torch.cat([k, garbage_k], 2), torch.cat([v, garbage_v], 2), mask)
+    torch.testing.assert_close(padded, out, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 64])
+def test_rnn_state_step_by_step_equals_the_prefix_sums(chunk):
+    attention = LinearAttention(FavorFeatureMap(8, 16), chunk=chunk).eval()
+    q, k, v = _qkv(tq=9, tk=9)
+    full, _ = attention(q, k, v, causal=True)
+    state = attention.new_state(9)
+    steps = [
+        attention(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], None, True, state)[0]
+        for t in range(9)
+    ]
+    torch.testing.assert_close(torch.cat(steps, dim=2), full, atol=1e-5, rtol=1e-4)
+    assert state.s.shape == (2, 2, 16, 8) and state.z.shape == (2, 2, 16)  # constant size
+
+
+def test_prefix_sums_continue_from_a_state():
+    fq, fk, v = torch.rand(1, 1, 10, 4), torch.rand(1, 1, 10, 4), torch.randn(1, 1, 10, 3)
+    whole, s, z = causal_linear(fq, fk, v, None, None, chunk=3)
+    first, s1, z1 = causal_linear(fq[:, :, :6], fk[:, :, :6], v[:, :, :6], None, None, chunk=4)
+    rest, s2, z2 = causal_linear(fq[:, :, 6:], fk[:, :, 6:], v[:, :, 6:], s1, z1, chunk=4)
+    torch.testing.assert_close(torch.cat([first, rest], 2), whole)
+    torch.testing.assert_close((s2, z2), (s, z))
+
+
+def test_performer_error_against_softmax_falls_as_features_grow():
+    torch.manual_seed(0)
+    q, k, v = _qkv(b=4, h=2, tq=16, tk=16, d=16, scale=0.5)
+    exact, _ = scaled_dot_product_attention(q, k, v)
+    errors = []
+    for m in (16, 256, 4096):
+        draws = [LinearAttention(FavorFeatureMap(16, m)).eval()(q, k, v)[0] for _ in range(3)]
+        errors.append(sum((out - exact).abs().mean().item() for out in draws) / 3)
+    assert errors[0] > 2 * errors[1] > 4 * errors[2], errors
+
+
+def test_favor_features_estimate_the_softmax_kernel_without_bias():
+    """The mean of φ(q)·φ(k) over fresh draws of ω converges to exp(q·k/√d) (Lemma 1)."""
+    torch.manual_seed(0)
+    d, draws = 8, 4000
+    q, k = 0.4 * torch.randn(3, d), 0.4 * torch.randn(3, d)  # small: the estimate is light-tailed
+    exact = torch.exp((q * k).sum(-1) / d**0.5)  # (3,)
+    feature_map = FavorFeatureMap(d, d)
+    estimates = []
+    for _ in range(draws):
+        feature_map.omega.copy_(orthogonal_gaussian(d, d))
+        estimates.append((feature_map(q, is_query=False) * feature_map(k, is_query=False)).sum(-1))
+    estimates = torch.stack(estimates)  # (draws, 3)
+    standard_error = estimates.std(0) / draws**0.5
+    assert ((estimates.mean(0) - exact).abs() < 4 * standard_error).all()
+    assert (standard_error < 0.05 * exact).all()  # the test has the power to see a bias
+
+
+def test_orthogonal_features_are_orthogonal_within_a_block():
+    omega = orthogonal_gaussian(12, 8)
+    block = omega[:8] / omega[:8].norm(dim=1, keepdim=True)
+    torch.testing.assert_close(block @ block.T, torch.eye(8), atol=1e-5, rtol=0)
+
+
+def test_features_are_redrawn_in_training_only_at_the_interval():
+    attention = LinearAttention(FavorFeatureMap(8, 16, redraw_interval=3))
+    q, k, v = _qkv()
+    draws = []
+    for _ in range(7):
+        attention(q, k, v)
+        draws.append(attention.feature_map.omega.clone())
+    changed = [not torch.equal(a, b) for a, b in zip(draws, draws[1:], strict=False)]
+    assert changed == [False, False, True, False, False, True]
+    attention.eval()
+    for _ in range(5):
+        attention(q, k, v)
+    assert torch.equal(attention.feature_map.omega, draws[-1])
