@@ -12,7 +12,7 @@ from typing import Any
 import lightning as L
 import torch
 from hydra.utils import instantiate
-from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, EarlyStopping, LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
@@ -117,6 +117,20 @@ def resolve_precision(cfg: DictConfig) -> PrecisionChoice:
     return choice
 
 
+def early_stopping(patience: int, min_delta: float) -> EarlyStopping:
+    """Stops when validation BLEU has not risen by more than ``min_delta`` in ``patience`` validations."""
+    if patience < 1:
+        raise ValueError(f"early_stopping.patience must be null (off) or at least 1, not {patience}")
+    return EarlyStopping(
+        monitor="val/bleu",
+        mode="max",
+        patience=patience,
+        min_delta=min_delta,
+        check_on_train_epoch_end=False,  # judged at every validation, also mid-epoch ones
+        verbose=True,
+    )
+
+
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Fits, optionally averages checkpoints, tests; returns the final metrics.
 
@@ -150,6 +164,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         src_lang=cfg.data.src_lang,
         tgt_lang=cfg.data.tgt_lang,
         compile=_to_plain_dict(compile) if isinstance(compile, DictConfig) else bool(compile),
+        max_nonfinite_in_a_row=int(cfg.max_nonfinite_in_a_row),
     )
     module.output_dir = str(output_dir)
     logger.info("model: %s parameters", f"{module.model.num_parameters():,}")
@@ -175,6 +190,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         LearningRateMonitor(logging_interval="step"),
         InferenceFields(_inference_fields(datamodule, cfg.data.src_lang, cfg.data.tgt_lang)),
     ]
+    stopping = cfg.early_stopping
+    if stopping.patience is not None:
+        callbacks.append(early_stopping(int(stopping.patience), float(stopping.min_delta)))
     recent = None
     if cfg.average_last > 1:
         recent = ModelCheckpoint(
