@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -13,13 +14,14 @@ import lightning as L
 import torch
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback, EarlyStopping, LearningRateMonitor, ModelCheckpoint
-from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers import CSVLogger, Logger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from data.atomic import atomic_write
 from data.corpus import PROJECT_ROOT
+from training.attention_image import AttentionImage
 from training.averaging import average_checkpoints
 from training.budget import TimeBudgetCheck, max_time_seconds
 from training.module import TranslationModule
@@ -117,6 +119,31 @@ def resolve_precision(cfg: DictConfig) -> PrecisionChoice:
     return choice
 
 
+# The package each optional logger needs, for a missing one's error message.
+LOGGER_PACKAGES = {"WandbLogger": ("wandb", "wandb"), "MLFlowLogger": ("mlflow", "mlflow")}
+
+
+def make_loggers(cfg: DictConfig, output_dir: Path) -> list[Logger]:
+    """logs/metrics.csv always, and the ``logger`` group's logger (TensorBoard by default; none for csv).
+
+    Raises:
+        ModuleNotFoundError: ``logger=wandb`` or ``logger=mlflow`` without its optional extra.
+    """
+    loggers: list[Logger] = [CSVLogger(save_dir=str(output_dir), name="logs", version="")]
+    chosen = cfg.get("logger")
+    if not chosen:  # logger=csv (an empty group option) or ~logger
+        return loggers
+    cls = str(chosen._target_).rsplit(".", 1)[-1]
+    if cls in LOGGER_PACKAGES:
+        package, extra = LOGGER_PACKAGES[cls]
+        if importlib.util.find_spec(package) is None:
+            raise ModuleNotFoundError(
+                f"logger={extra} needs the {package} package, an optional extra: "
+                f'python3 -m pip install -e ".[{extra}]" (or choose logger=tensorboard or logger=csv)'
+            )
+    return [*loggers, instantiate(chosen)]
+
+
 def early_stopping(patience: int, min_delta: float) -> EarlyStopping:
     """Stops when validation BLEU has not risen by more than ``min_delta`` in ``patience`` validations."""
     if patience < 1:
@@ -135,8 +162,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     """Fits, optionally averages checkpoints, tests; returns the final metrics.
 
     Writes into ``cfg.paths.output_dir``: ``config.yaml``, ``checkpoints/``, ``logs/metrics.csv``,
-    ``tokenizer/``, ``test.<tgt>.hyp``, ``results.json`` and ``learning_curve.png``. With
-    ``train=false`` the test stage uses the weights of ``ckpt_path``.
+    ``tensorboard/`` (with the default logger), ``tokenizer/``, ``test.<tgt>.hyp``, ``results.json``
+    and ``learning_curve.png``. With ``train=false`` the test stage uses the weights of ``ckpt_path``.
     """
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -190,6 +217,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         LearningRateMonitor(logging_interval="step"),
         InferenceFields(_inference_fields(datamodule, cfg.data.src_lang, cfg.data.tgt_lang)),
     ]
+    loggers = make_loggers(cfg, output_dir)
+    if len(loggers) > 1:
+        callbacks.append(AttentionImage(index=0))
     stopping = cfg.early_stopping
     if stopping.patience is not None:
         callbacks.append(early_stopping(int(stopping.patience), float(stopping.min_delta)))
@@ -211,7 +241,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     trainer: L.Trainer = instantiate(
         cfg.trainer,
         callbacks=callbacks,
-        logger=CSVLogger(save_dir=str(output_dir), name="logs", version=""),
+        logger=loggers,
         default_root_dir=str(output_dir),
         use_distributed_sampler=False,  # the token-bucket sampler splits batches across ranks
         plugins=[AtomicCheckpointIO()],
