@@ -13,7 +13,7 @@ from typing import Any
 import lightning as L
 import torch
 from hydra.utils import instantiate
-from lightning.pytorch.callbacks import Callback, EarlyStopping, LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, EarlyStopping, LearningRateMonitor
 from lightning.pytorch.loggers import CSVLogger, Logger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
@@ -24,6 +24,7 @@ from data.corpus import PROJECT_ROOT
 from training.attention_image import AttentionImage
 from training.averaging import average_checkpoints
 from training.budget import TimeBudgetCheck, max_time_seconds
+from training.checkpoints import plan_checkpoints
 from training.module import TranslationModule
 from training.plots import plot_learning_curve
 from training.precision import PrecisionChoice, choose_precision
@@ -203,17 +204,15 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         # the whole run (Lightning forgets the best score when the directory changes).
         ckpt_dir = Path(ckpt_path).parent
         logger.info("checkpoints continue in %s", ckpt_dir)
-    best = ModelCheckpoint(
-        dirpath=ckpt_dir,
-        filename="best-epoch{epoch:03d}-bleu{val/bleu:.2f}",
-        monitor="val/bleu",
-        mode="max",
-        save_top_k=1,
-        save_last=True,
-        auto_insert_metric_name=False,
+    plan = plan_checkpoints(
+        ckpt_dir,
+        every_n_updates=cfg.checkpoint.every_n_updates,
+        keep_last=int(cfg.checkpoint.keep_last),
+        average_last=int(cfg.average_last),
+        accumulate_grad_batches=int(cfg.trainer.get("accumulate_grad_batches", 1)),
     )
     callbacks: list[Callback] = [
-        best,
+        *plan.callbacks,
         LearningRateMonitor(logging_interval="step"),
         InferenceFields(_inference_fields(datamodule, cfg.data.src_lang, cfg.data.tgt_lang)),
     ]
@@ -223,17 +222,6 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     stopping = cfg.early_stopping
     if stopping.patience is not None:
         callbacks.append(early_stopping(int(stopping.patience), float(stopping.min_delta)))
-    recent = None
-    if cfg.average_last > 1:
-        recent = ModelCheckpoint(
-            dirpath=ckpt_dir,
-            filename="epoch{epoch:03d}",
-            monitor="epoch",
-            mode="max",
-            save_top_k=cfg.average_last,
-            auto_insert_metric_name=False,
-        )
-        callbacks.append(recent)
     if cfg.train and cfg.trainer.get("max_time"):
         max_time = cfg.trainer.max_time
         budget_s = max_time_seconds(max_time if isinstance(max_time, str) else _to_plain_dict(max_time))
@@ -245,6 +233,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         default_root_dir=str(output_dir),
         use_distributed_sampler=False,  # the token-bucket sampler splits batches across ranks
         plugins=[AtomicCheckpointIO()],
+        **plan.trainer_args,
     )
 
     test_ckpt = ckpt_path  # without training, test the given checkpoint
@@ -253,13 +242,13 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             logger.info("resuming from %s", ckpt_path)
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     if cfg.train and not cfg.trainer.get("fast_dev_run"):
-        if recent is not None and trainer.is_global_zero:
-            paths = sorted(recent.best_k_models, key=lambda p: recent.best_k_models[p])
+        paths = plan.to_average()
+        if paths and trainer.is_global_zero:
             averaged = average_checkpoints(paths, ckpt_dir / "averaged.ckpt")
             logger.info("averaged %d checkpoints into %s", len(paths), averaged)
         test_ckpt = {
-            "best": best.best_model_path,
-            "last": best.last_model_path,
+            "best": plan.best.best_model_path,
+            "last": plan.last.last_model_path,
             "averaged": str(ckpt_dir / "averaged.ckpt"),
         }[cfg.test_ckpt] or None
 
