@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from data.tokenizer import SPECIAL_IDS
+from training.nonfinite import NonFiniteGuard, total_grad_norm
 from training.schedule import inverse_sqrt_factor
 from transformer import Transformer, TransformerConfig
 from transformer.search import DecodingConfig, beam_search, greedy_search
@@ -154,6 +155,9 @@ class TranslationModule(L.LightningModule):
         compile: ``torch.compile`` the training forward and loss: False (default), True, or a
             dict of ``torch.compile`` arguments (see :func:`compile_options`). Not a
             hyperparameter: how this process runs the model, not what the checkpoint holds.
+        max_nonfinite_in_a_row: stop (:class:`~training.nonfinite.NonFiniteError`) after this many
+            updates in a row with a non-finite loss or gradient; each is skipped. Not a
+            hyperparameter either.
     """
 
     def __init__(
@@ -166,6 +170,7 @@ class TranslationModule(L.LightningModule):
         src_lang: str = "de",
         tgt_lang: str = "en",
         compile: bool | dict = False,
+        max_nonfinite_in_a_row: int = 10,
     ) -> None:
         super().__init__()
         model = _checked_plain_dict("model", model)
@@ -195,6 +200,8 @@ class TranslationModule(L.LightningModule):
         self._last_batch_end: float | None = None
         self.compile_options = compile_options(compile)
         self._compiled_losses = None  # torch.compile(token_losses), made on first training use
+        self.nonfinite = NonFiniteGuard(max_nonfinite_in_a_row)
+        self._batch_ids: Tensor | None = None  # the last training batch's example ids, for messages
 
     # ------------------------------------------------------------------ training
 
@@ -219,7 +226,32 @@ class TranslationModule(L.LightningModule):
         self.log("train/loss", loss, prog_bar=True, batch_size=int(tokens))
         self.log("train/lr", self.optimizers().param_groups[0]["lr"], prog_bar=True)
         self._tokens_in_step = int(tokens)
+        self._batch_ids = batch.get("ids")
         return loss
+
+    def optimizer_step(
+        self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None
+    ) -> None:
+        """Runs Lightning's closure (forward, backward), then steps only if loss and gradients are finite.
+
+        Logs the gradient norm before clipping (``train/grad_norm``) and the updates skipped so far
+        (``train/skipped_updates``); see :mod:`training.nonfinite`.
+        """
+        loss = optimizer_closure()
+        scaler = self._grad_scaler()
+        grad_norm = total_grad_norm(list(self.model.parameters()))
+        if scaler is not None:  # fp16: the gradients are still scaled here
+            grad_norm = grad_norm / scaler.get_scale()
+        step = self.nonfinite.should_step(
+            self.trainer, loss, grad_norm, batch_idx, self._batch_ids, check_grads=scaler is None
+        )
+        self.log("train/grad_norm", grad_norm, on_step=True, on_epoch=False)
+        self.log("train/skipped_updates", float(self.nonfinite.skipped), on_step=True, on_epoch=False)
+        if not step:
+            optimizer.zero_grad(set_to_none=True)
+            return
+        # The closure has run: hand the precision plugin its result (it unscales and clips).
+        optimizer.step(closure=lambda: loss)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         now = time.perf_counter()

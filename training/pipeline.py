@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -12,16 +13,18 @@ from typing import Any
 import lightning as L
 import torch
 from hydra.utils import instantiate
-from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelCheckpoint
-from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.callbacks import Callback, EarlyStopping, LearningRateMonitor
+from lightning.pytorch.loggers import CSVLogger, Logger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from data.atomic import atomic_write
 from data.corpus import PROJECT_ROOT
+from training.attention_image import AttentionImage
 from training.averaging import average_checkpoints
 from training.budget import TimeBudgetCheck, max_time_seconds
+from training.checkpoints import plan_checkpoints
 from training.module import TranslationModule
 from training.plots import plot_learning_curve
 from training.precision import PrecisionChoice, choose_precision
@@ -118,12 +121,51 @@ def resolve_precision(cfg: DictConfig) -> PrecisionChoice:
     return choice
 
 
+# The package each optional logger needs, for a missing one's error message.
+LOGGER_PACKAGES = {"WandbLogger": ("wandb", "wandb"), "MLFlowLogger": ("mlflow", "mlflow")}
+
+
+def make_loggers(cfg: DictConfig, output_dir: Path) -> list[Logger]:
+    """logs/metrics.csv always, and the ``logger`` group's logger (TensorBoard by default; none for csv).
+
+    Raises:
+        ModuleNotFoundError: ``logger=wandb`` or ``logger=mlflow`` without its optional extra.
+    """
+    loggers: list[Logger] = [CSVLogger(save_dir=str(output_dir), name="logs", version="")]
+    chosen = cfg.get("logger")
+    if not chosen:  # logger=csv (an empty group option) or ~logger
+        return loggers
+    cls = str(chosen._target_).rsplit(".", 1)[-1]
+    if cls in LOGGER_PACKAGES:
+        package, extra = LOGGER_PACKAGES[cls]
+        if importlib.util.find_spec(package) is None:
+            raise ModuleNotFoundError(
+                f"logger={extra} needs the {package} package, an optional extra: "
+                f'python3 -m pip install -e ".[{extra}]" (or choose logger=tensorboard or logger=csv)'
+            )
+    return [*loggers, instantiate(chosen)]
+
+
+def early_stopping(patience: int, min_delta: float) -> EarlyStopping:
+    """Stops when validation BLEU has not risen by more than ``min_delta`` in ``patience`` validations."""
+    if patience < 1:
+        raise ValueError(f"early_stopping.patience must be null (off) or at least 1, not {patience}")
+    return EarlyStopping(
+        monitor="val/bleu",
+        mode="max",
+        patience=patience,
+        min_delta=min_delta,
+        check_on_train_epoch_end=False,  # judged at every validation, also mid-epoch ones
+        verbose=True,
+    )
+
+
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Fits, optionally averages checkpoints, tests; returns the final metrics.
 
     Writes into ``cfg.paths.output_dir``: ``config.yaml``, ``checkpoints/``, ``logs/metrics.csv``,
-    ``tokenizer/``, ``test.<tgt>.hyp``, ``results.json`` and ``learning_curve.png``. With
-    ``train=false`` the test stage uses the weights of ``ckpt_path``.
+    ``tensorboard/`` (with the default logger), ``tokenizer/``, ``test.<tgt>.hyp``, ``results.json``
+    and ``learning_curve.png``. With ``train=false`` the test stage uses the weights of ``ckpt_path``.
     """
     # The attention mechanisms are checked before anything is written or the data prepared: a role
     # a mechanism cannot do is refused at once, naming it (transformer/mechanisms.py).
@@ -155,6 +197,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         src_lang=cfg.data.src_lang,
         tgt_lang=cfg.data.tgt_lang,
         compile=_to_plain_dict(compile) if isinstance(compile, DictConfig) else bool(compile),
+        max_nonfinite_in_a_row=int(cfg.max_nonfinite_in_a_row),
     )
     module.output_dir = str(output_dir)
     logger.info("model: %s parameters", f"{module.model.num_parameters():,}")
@@ -166,31 +209,24 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         # the whole run (Lightning forgets the best score when the directory changes).
         ckpt_dir = Path(ckpt_path).parent
         logger.info("checkpoints continue in %s", ckpt_dir)
-    best = ModelCheckpoint(
-        dirpath=ckpt_dir,
-        filename="best-epoch{epoch:03d}-bleu{val/bleu:.2f}",
-        monitor="val/bleu",
-        mode="max",
-        save_top_k=1,
-        save_last=True,
-        auto_insert_metric_name=False,
+    plan = plan_checkpoints(
+        ckpt_dir,
+        every_n_updates=cfg.checkpoint.every_n_updates,
+        keep_last=int(cfg.checkpoint.keep_last),
+        average_last=int(cfg.average_last),
+        accumulate_grad_batches=int(cfg.trainer.get("accumulate_grad_batches", 1)),
     )
     callbacks: list[Callback] = [
-        best,
+        *plan.callbacks,
         LearningRateMonitor(logging_interval="step"),
         InferenceFields(_inference_fields(datamodule, cfg.data.src_lang, cfg.data.tgt_lang)),
     ]
-    recent = None
-    if cfg.average_last > 1:
-        recent = ModelCheckpoint(
-            dirpath=ckpt_dir,
-            filename="epoch{epoch:03d}",
-            monitor="epoch",
-            mode="max",
-            save_top_k=cfg.average_last,
-            auto_insert_metric_name=False,
-        )
-        callbacks.append(recent)
+    loggers = make_loggers(cfg, output_dir)
+    if len(loggers) > 1:
+        callbacks.append(AttentionImage(index=0))
+    stopping = cfg.early_stopping
+    if stopping.patience is not None:
+        callbacks.append(early_stopping(int(stopping.patience), float(stopping.min_delta)))
     if cfg.train and cfg.trainer.get("max_time"):
         max_time = cfg.trainer.max_time
         budget_s = max_time_seconds(max_time if isinstance(max_time, str) else _to_plain_dict(max_time))
@@ -198,10 +234,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     trainer: L.Trainer = instantiate(
         cfg.trainer,
         callbacks=callbacks,
-        logger=CSVLogger(save_dir=str(output_dir), name="logs", version=""),
+        logger=loggers,
         default_root_dir=str(output_dir),
         use_distributed_sampler=False,  # the token-bucket sampler splits batches across ranks
         plugins=[AtomicCheckpointIO()],
+        **plan.trainer_args,
     )
 
     test_ckpt = ckpt_path  # without training, test the given checkpoint
@@ -210,13 +247,13 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             logger.info("resuming from %s", ckpt_path)
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     if cfg.train and not cfg.trainer.get("fast_dev_run"):
-        if recent is not None and trainer.is_global_zero:
-            paths = sorted(recent.best_k_models, key=lambda p: recent.best_k_models[p])
+        paths = plan.to_average()
+        if paths and trainer.is_global_zero:
             averaged = average_checkpoints(paths, ckpt_dir / "averaged.ckpt")
             logger.info("averaged %d checkpoints into %s", len(paths), averaged)
         test_ckpt = {
-            "best": best.best_model_path,
-            "last": best.last_model_path,
+            "best": plan.best.best_model_path,
+            "last": plan.last.last_model_path,
             "averaged": str(ckpt_dir / "averaged.ckpt"),
         }[cfg.test_ckpt] or None
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -68,11 +69,24 @@ def plot_attention(
     Returns:
         ``path``.
     """
+    return _save(attention_figure(weights, src_labels, out_labels, title), Path(path))
+
+
+def attention_figure(weights: Tensor, src_labels: list[str], out_labels: list[str], title: str) -> Figure:
+    """One heatmap with its colour bar, as a Figure (arguments as :func:`plot_attention`'s)."""
     _check(weights, src_labels, out_labels)
     fig = Figure(figsize=(_inches(len(src_labels), 2.5), _inches(len(out_labels), 2.0)), layout="constrained")
     ax = fig.add_subplot()
     fig.colorbar(_draw(ax, weights, src_labels, out_labels, title), ax=ax, shrink=0.8)
-    return _save(fig, Path(path))
+    return fig
+
+
+def figure_pixels(fig: Figure) -> np.ndarray:
+    """``fig`` rendered: [height, width, 3] uint8 RGB, as image loggers take it."""
+    canvas = FigureCanvasAgg(fig)
+    fig.set_dpi(DPI)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba())[..., :3].copy()
 
 
 def plot_attention_heads(

@@ -1,0 +1,108 @@
+"""Stopping for a reason: non-finite updates are skipped, too many stop the run; early stopping."""
+
+from __future__ import annotations
+
+import csv
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.toy_text import write_toy_corpus
+from tests.training.test_pipeline import compose_config, toy_overrides
+from training import module as module_mod
+from training.nonfinite import NonFiniteError, NonFiniteGuard
+from training.pipeline import train
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    base = tmp_path_factory.mktemp("toy")
+    return write_toy_corpus(base / "corpus"), base / "cache", base / "runs"
+
+
+def inject_nan(monkeypatch, bad_calls: set[int] | None = None, from_call: int | None = None) -> list[int]:
+    """Makes the training loss NaN at the given 1-based training calls (or from one on)."""
+    real = module_mod.token_losses
+    calls: list[int] = []
+
+    def losses(*args, **kwargs):
+        out = real(*args, **kwargs)
+        if not torch.is_grad_enabled():  # validation and test stay finite
+            return out
+        calls.append(len(calls) + 1)
+        n = calls[-1]
+        if (bad_calls and n in bad_calls) or (from_call is not None and n >= from_call):
+            return out * float("nan")
+        return out
+
+    monkeypatch.setattr(module_mod, "token_losses", losses)
+    return calls
+
+
+def _finite(state: dict) -> bool:
+    return all(bool(torch.isfinite(t).all()) for t in state.values() if t.is_floating_point())
+
+
+def test_nonfinite_updates_are_skipped_logged_and_never_applied(toy, tmp_path, monkeypatch, caplog):
+    calls = inject_nan(monkeypatch, bad_calls={3, 5})
+    overrides = [*toy_overrides(*toy), "trainer.max_epochs=1", "trainer.limit_train_batches=8"]
+    overrides += ["trainer.limit_val_batches=1", "test=false"]
+    caplog.set_level(logging.WARNING)
+    results = train(compose_config(overrides, tmp_path / "run"))
+    assert len(calls) == 8
+    ckpt = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert ckpt["global_step"] == 8  # Lightning counts skipped steps, as fp16's skipped ones
+    adam = ckpt["optimizer"] if "optimizer" in ckpt else ckpt["optimizer_states"][0]
+    assert int(adam["state"][0]["step"]) == 6  # ... but 2 of the 8 updates were not applied
+    assert _finite(ckpt["state_dict"]) and all(_finite(s) for s in adam["state"].values())
+    skips = [r.getMessage() for r in caplog.records if "update skipped" in r.getMessage()]
+    assert len(skips) == 2
+    assert "non-finite loss at step 3, epoch 0, batch 2 of the epoch" in skips[0]
+    assert "1 in a row; max_nonfinite_in_a_row=10" in skips[0]  # a good update in between resets
+    assert "batch 4 of the epoch" in skips[1] and "1 in a row" in skips[1]
+    assert results["train/skipped_updates"] == 2
+
+
+def test_too_many_nonfinite_updates_in_a_row_stop_naming_step_batch_checkpoint(toy, tmp_path, monkeypatch):
+    inject_nan(monkeypatch, from_call=6)
+    overrides = [*toy_overrides(*toy), "trainer.max_epochs=3", "trainer.limit_train_batches=4"]
+    overrides += ["trainer.limit_val_batches=1", "test=false", "max_nonfinite_in_a_row=3"]
+    with pytest.raises(NonFiniteError) as err:
+        train(compose_config(overrides, tmp_path / "run"))
+    message = str(err.value)
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    assert "3 updates in a row" in message and "max_nonfinite_in_a_row=3" in message
+    # Calls 1-4: epoch 0; call 5: step 5; calls 6, 7, 8 (batches 1-3 of epoch 1) are skipped.
+    assert "the last at step 8, epoch 1, batch 3 of the epoch (example ids [" in message
+    assert f"the last good checkpoint is {last}" in message
+    ckpt = torch.load(last, weights_only=True)
+    assert ckpt["global_step"] == 4 and _finite(ckpt["state_dict"])
+
+
+def test_guard_refuses_a_limit_below_one():
+    with pytest.raises(ValueError, match="max_nonfinite_in_a_row must be at least 1"):
+        NonFiniteGuard(0)
+
+
+def _validations(run: Path) -> list[float]:
+    with open(run / "logs" / "metrics.csv", newline="") as f:
+        return [float(row["val/bleu"]) for row in csv.DictReader(f) if row.get("val/bleu")]
+
+
+@pytest.mark.parametrize("patience, expected", [(None, 5), (2, 3)])
+def test_early_stopping_on_validation_bleu_is_off_by_default(toy, tmp_path, patience, expected):
+    """With lr 0 validation BLEU never improves: patience 2 stops after the 3rd validation."""
+    overrides = [*toy_overrides(*toy), "trainer.max_epochs=5", "trainer.limit_train_batches=2"]
+    overrides += ["trainer.limit_val_batches=2", "test=false", "optimizer.lr=0.0"]
+    overrides += [f"early_stopping.patience={'null' if patience is None else patience}"]
+    train(compose_config(overrides, tmp_path / "run"))
+    bleu = _validations(tmp_path / "run")
+    assert len(bleu) == expected and len(set(bleu)) == 1
+
+
+def test_early_stopping_refuses_a_patience_below_one(toy, tmp_path):
+    overrides = [*toy_overrides(*toy), "early_stopping.patience=0"]
+    with pytest.raises(ValueError, match="early_stopping.patience must be null"):
+        train(compose_config(overrides, tmp_path / "run"))

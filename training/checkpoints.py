@@ -1,0 +1,126 @@
+"""Which checkpoints a run keeps, and when it validates: at epoch ends, or every N updates.
+
+Epoch-based (``checkpoint.every_n_updates: null``, the default and the Multi30k recipe's):
+validation after every epoch; ``best-epoch*`` (by validation BLEU), ``last.ckpt`` and, with
+``average_last`` > 1, the last ``average_last`` ``epoch*.ckpt``.
+
+Update-based (fairseq's ``--validate-interval-updates`` / ``--save-interval-updates``): every
+``every_n_updates`` optimizer updates, across epoch boundaries, ``update*.ckpt`` and
+``last.ckpt`` are written (Lightning's ``every_n_train_steps``), the last ``keep_last`` of the
+``update*`` kept; then the run validates and ``best-step*`` keeps the best by validation BLEU.
+``average_last`` averages the newest of the kept update checkpoints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+
+@dataclass(frozen=True)
+class CheckpointPlan:
+    """The checkpoint callbacks of a run and the Trainer arguments that set its validation.
+
+    Attributes:
+        best: keeps the best checkpoint by ``val/bleu``.
+        recent: keeps the newest epoch or update checkpoints (None: none are kept).
+        last: the callback that writes ``last.ckpt``.
+        trainer_args: ``val_check_interval`` / ``check_val_every_n_epoch`` for update-based runs.
+        average_last: how many of ``recent``'s checkpoints :meth:`to_average` returns.
+    """
+
+    best: ModelCheckpoint
+    recent: ModelCheckpoint | None
+    last: ModelCheckpoint
+    trainer_args: dict[str, Any]
+    average_last: int
+
+    @property
+    def callbacks(self) -> list[ModelCheckpoint]:
+        return [self.best] + ([self.recent] if self.recent is not None else [])
+
+    def to_average(self) -> list[str]:
+        """The newest ``average_last`` kept epoch or update checkpoints, oldest first."""
+        if self.recent is None:
+            return []
+        kept = sorted(self.recent.best_k_models, key=lambda p: float(self.recent.best_k_models[p]))
+        return kept[-self.average_last :]
+
+
+def plan_checkpoints(
+    ckpt_dir: Path,
+    every_n_updates: int | None,
+    keep_last: int,
+    average_last: int,
+    accumulate_grad_batches: int = 1,
+) -> CheckpointPlan:
+    """The checkpoints and validation schedule of a run.
+
+    Args:
+        ckpt_dir: where checkpoints go.
+        every_n_updates: validate and save every N optimizer updates; None: at epoch ends.
+        keep_last: update checkpoints kept (update-based only; at least ``average_last``).
+        average_last: checkpoints averaged after training (0 or 1: none).
+        accumulate_grad_batches: batches per update (validation is scheduled in batches).
+
+    Raises:
+        ValueError: a setting out of range, named.
+    """
+    if every_n_updates is None:
+        best = ModelCheckpoint(
+            dirpath=ckpt_dir,
+            filename="best-epoch{epoch:03d}-bleu{val/bleu:.2f}",
+            monitor="val/bleu",
+            mode="max",
+            save_top_k=1,
+            save_last=True,
+            auto_insert_metric_name=False,
+        )
+        recent = None
+        if average_last > 1:
+            recent = ModelCheckpoint(
+                dirpath=ckpt_dir,
+                filename="epoch{epoch:03d}",
+                monitor="epoch",
+                mode="max",
+                save_top_k=average_last,
+                auto_insert_metric_name=False,
+            )
+        return CheckpointPlan(best, recent, best, {}, average_last)
+
+    if every_n_updates < 1:
+        raise ValueError(
+            f"checkpoint.every_n_updates must be null (epoch ends) or at least 1, not {every_n_updates}"
+        )
+    if keep_last < max(1, average_last):
+        raise ValueError(
+            f"checkpoint.keep_last={keep_last} must be at least 1 and at least average_last={average_last}"
+            " (the averaged checkpoints are among those kept)"
+        )
+    recent = ModelCheckpoint(
+        dirpath=ckpt_dir,
+        filename="update{step:08d}",
+        monitor="step",
+        mode="max",
+        save_top_k=keep_last,
+        every_n_train_steps=every_n_updates,
+        save_last=True,
+        auto_insert_metric_name=False,
+    )
+    best = ModelCheckpoint(
+        dirpath=ckpt_dir,
+        filename="best-step{step:08d}-bleu{val/bleu:.2f}",
+        monitor="val/bleu",
+        mode="max",
+        save_top_k=1,
+        auto_insert_metric_name=False,
+    )
+    # Validation is scheduled in batches, counted across epochs when check_val_every_n_epoch is None.
+    trainer_args = {
+        "val_check_interval": every_n_updates * accumulate_grad_batches,
+        "check_val_every_n_epoch": None,
+    }
+    return CheckpointPlan(best, recent, recent, trainer_args, average_last)
