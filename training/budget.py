@@ -49,11 +49,21 @@ class BudgetForecast:
 
 
 def forecast(
-    seconds_per_update: float, budget_s: float, updates_per_epoch: int, warmup_steps: int, average_last: int
+    seconds_per_update: float,
+    budget_s: float,
+    updates_per_epoch: int,
+    warmup_steps: int,
+    average_last: int,
+    updates_per_checkpoint: int | None = None,
 ) -> BudgetForecast:
-    """The updates and epochs ``budget_s`` seconds hold, against what the schedule needs."""
+    """The updates and epochs ``budget_s`` seconds hold, against what the schedule needs.
+
+    ``updates_per_checkpoint``: updates between the checkpoints that are averaged (epoch
+    checkpoints, the default: ``updates_per_epoch``; ``checkpoint.every_n_updates`` otherwise).
+    """
     updates = int(budget_s / seconds_per_update)
-    needed = max(WARMUP_MULTIPLE * warmup_steps, AVERAGE_MULTIPLE * max(average_last, 1) * updates_per_epoch)
+    span = AVERAGE_MULTIPLE * max(average_last, 1) * (updates_per_checkpoint or updates_per_epoch)
+    needed = max(WARMUP_MULTIPLE * warmup_steps, span)
     return BudgetForecast(updates, updates / updates_per_epoch, needed, needed * seconds_per_update)
 
 
@@ -75,11 +85,17 @@ class TimeBudgetCheck(Callback):
     """Logs, once, the updates and epochs the time budget holds on this machine; warns if too few."""
 
     def __init__(
-        self, budget_s: float, warmup_steps: int, average_last: int, probe: int = PROBE_UPDATES
+        self,
+        budget_s: float,
+        warmup_steps: int,
+        average_last: int,
+        every_n_updates: int | None = None,
+        probe: int = PROBE_UPDATES,
     ) -> None:
-        """budget_s: ``trainer.max_time`` in seconds; the schedule's warmup updates and averaged epochs."""
+        """budget_s: ``trainer.max_time`` in seconds; the schedule's warmup updates and the
+        checkpoints it averages (epoch ones, or every ``every_n_updates`` updates)."""
         self.budget_s, self.warmup_steps, self.average_last = budget_s, warmup_steps, average_last
-        self.probe = probe
+        self.every_n_updates, self.probe = every_n_updates, probe
         self._start: tuple[float, int] | None = None
         self._done = False
 
@@ -99,7 +115,14 @@ class TimeBudgetCheck(Callback):
         self._done = True
         seconds_per_update = (now - self._start[0]) / timed
         per_epoch = max(1, math.ceil(trainer.num_training_batches / trainer.accumulate_grad_batches))
-        f = forecast(seconds_per_update, self.budget_s, per_epoch, self.warmup_steps, self.average_last)
+        f = forecast(
+            seconds_per_update,
+            self.budget_s,
+            per_epoch,
+            self.warmup_steps,
+            self.average_last,
+            self.every_n_updates,
+        )
         said = (
             f"time budget: trainer.max_time holds about {f.updates:,} updates ({f.epochs:.1f} epochs of "
             f"{per_epoch}) at this machine's {seconds_per_update:.2f} s per update (measured over "
@@ -110,8 +133,8 @@ class TimeBudgetCheck(Callback):
             return
         logger.warning(
             "%s: too few for this schedule, which warms up over optimizer.warmup_steps=%d updates and "
-            "averages the last average_last=%d epochs; it needs about %s updates (%dx warmup, %dx the "
-            "averaged epochs). Give trainer.max_time=%s for that on this machine, or lower "
+            "averages the last average_last=%d checkpoints; it needs about %s updates (%dx warmup, %dx "
+            "the averaged checkpoints' span). Give trainer.max_time=%s for that on this machine, or lower "
             "optimizer.warmup_steps and average_last.",
             said,
             self.warmup_steps,

@@ -230,7 +230,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if cfg.train and cfg.trainer.get("max_time"):
         max_time = cfg.trainer.max_time
         budget_s = max_time_seconds(max_time if isinstance(max_time, str) else _to_plain_dict(max_time))
-        callbacks.append(TimeBudgetCheck(budget_s, int(cfg.optimizer.warmup_steps), int(cfg.average_last)))
+        warmup, average = int(cfg.optimizer.warmup_steps), int(cfg.average_last)
+        callbacks.append(TimeBudgetCheck(budget_s, warmup, average, cfg.checkpoint.every_n_updates))
     trainer: L.Trainer = instantiate(
         cfg.trainer,
         callbacks=callbacks,

@@ -20,6 +20,14 @@ def test_the_recipe_fits_where_it_was_tuned_and_not_on_a_machine_a_third_as_fast
     assert max_time_seconds(as_max_time(slow.seconds_needed)) >= slow.seconds_needed
 
 
+def test_averaged_update_checkpoints_count_their_own_span():
+    """With checkpoint.every_n_updates the averaged checkpoints are that many updates apart."""
+    often = forecast(seconds_per_update=1.0, **RECIPE, updates_per_checkpoint=50)
+    rarely = forecast(seconds_per_update=1.0, **RECIPE, updates_per_checkpoint=500)
+    assert often.updates_needed == 1200 and not often.too_short  # the warmup decides
+    assert rarely.updates_needed == 5000 and rarely.too_short  # 2 x 5 checkpoints x 500 updates
+
+
 def test_max_time_both_ways():
     assert max_time_seconds("00:00:42:00") == 2520 and max_time_seconds("01:02:03:04") == 93784
     assert max_time_seconds({"hours": 1, "minutes": 30}) == 5400
