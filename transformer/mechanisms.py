@@ -20,6 +20,7 @@ Every mechanism is an ``nn.Module`` with one call signature (see ``attention.Sof
 | local     | ``local_attention.py``| softmax over a window of w positions, O(n·w·d)       |
 | atrous    | the same              | the window's positions ``dilation`` apart, O(n·w·d)  |
 | sparse    | the same              | the window plus every ``stride``-th position, O(n·(w + n/stride)·d) |
+| linformer | ``linformer.py``      | softmax(Q(EK)ᵀ/√d)(FV), keys/values projected n → k, O(n·k·d) |
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from torch import nn
 from transformer.attention import SoftmaxAttention
 from transformer.feature_maps import EluFeatureMap, FavorFeatureMap
 from transformer.linear_attention import LinearAttention
+from transformer.linformer import LinformerAttention
 from transformer.local_attention import LocalAttention
 
 ROLES = ("encoder_self", "decoder_self", "cross")
@@ -44,6 +46,7 @@ REFUSED: dict[str, dict[str, str]] = {
     "local": {"cross": "a window of nearby positions means nothing between a target and its source"},
     "atrous": {"cross": "a dilated window of positions means nothing between a target and its source"},
     "sparse": {"cross": "its local + strided pattern is defined over one sequence's positions"},
+    "linformer": {"decoder_self": "not causal: each projected key mixes all positions, later ones too"},
 }
 
 # Mechanisms without attention weights to drop out: attention_dropout would be silently ignored.
@@ -66,6 +69,8 @@ class AttentionConfig:
     stride: int = 32  # sparse: every stride-th position is a summary that all (later) queries see
     features: int = 256  # performer: random features m
     redraw_interval: int = 1000  # performer: training forward passes between redraws; 0 never
+    projected_length: int = 64  # linformer: k, the keys and values are projected to
+    max_length: int = 1024  # linformer: the longest sequence its projections cover; longer is refused
 
     def __post_init__(self) -> None:
         for role in ROLES:
@@ -76,7 +81,7 @@ class AttentionConfig:
             why = REFUSED[name].get(role)
             if why:
                 raise ValueError(f"attention.{role}={name} is not supported: {why}")
-        for name in ("window", "dilation", "stride", "features"):
+        for name in ("window", "dilation", "stride", "features", "projected_length", "max_length"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"attention.{name} must be at least 1, not {getattr(self, name)}")
         if self.redraw_interval < 0:
@@ -130,4 +135,6 @@ def build_mechanism(role: str, cfg: AttentionConfig, d_head: int, dropout: float
         return LocalAttention(cfg.window, dilation=cfg.dilation, dropout=dropout)
     if name == "sparse":
         return LocalAttention(cfg.window, stride=cfg.stride, dropout=dropout)
+    if name == "linformer":
+        return LinformerAttention(cfg.projected_length, cfg.max_length, dropout=dropout)
     raise ValueError(f"attention.{role}: unknown mechanism {name!r}")  # AttentionConfig refuses it first

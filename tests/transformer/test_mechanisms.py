@@ -27,6 +27,10 @@ MECHANISMS = {
     "local": dict(encoder_self="local", decoder_self="local", window=3),
     "atrous": dict(encoder_self="atrous", decoder_self="atrous", window=2, dilation=2),
     "sparse": dict(encoder_self="sparse", decoder_self="sparse", window=2, stride=3),
+    # Not causal: the decoder's self-attention is linear, so that no role is softmax.
+    "linformer": dict(
+        encoder_self="linformer", decoder_self="linear", cross="linformer", projected_length=4, max_length=16
+    ),
 }
 EACH = pytest.mark.parametrize("attention", list(MECHANISMS.values()), ids=list(MECHANISMS))
 

@@ -1,0 +1,49 @@
+"""Linformer attention: exact with identity projections, padding projected out, lengths bounded."""
+
+import pytest
+import torch
+
+from transformer.attention import scaled_dot_product_attention
+from transformer.linformer import LinformerAttention
+
+
+def _qkv(b=2, h=2, n=7, d=8):
+    return torch.randn(b, h, n, d), torch.randn(b, h, n, d), torch.randn(b, h, n, d)
+
+
+def test_identity_projections_with_k_equal_to_n_are_softmax():
+    q, k, v = _qkv()
+    attention = LinformerAttention(projected_length=7, max_length=7)
+    with torch.no_grad():
+        attention.e.copy_(torch.eye(7))
+        attention.f.copy_(torch.eye(7))
+    out, _ = attention(q, k, v)
+    expected, _ = scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-5)
+
+
+def test_padded_keys_contribute_nothing_and_a_sentence_projects_the_same_alone():
+    q, k, v = _qkv(b=1, n=9)
+    attention = LinformerAttention(projected_length=4, max_length=16)
+    mask = (torch.arange(9) < 5)[None, None, None, :]  # 5 real keys, 4 padded
+    junk_k, junk_v = k.clone(), v.clone()
+    junk_k[:, :, 5:], junk_v[:, :, 5:] = 1e3, -1e3
+    padded, weights = attention(q, junk_k, junk_v, mask, need_weights=True)
+    alone, _ = attention(q, k[:, :, :5], v[:, :, :5])
+    torch.testing.assert_close(padded, alone, atol=1e-5, rtol=1e-5)
+    assert weights.shape == (1, 2, 9, 9) and (weights[..., 5:] == 0).all()
+
+
+def test_cross_attention_projects_keys_of_another_length():
+    q, k, v = torch.randn(2, 2, 3, 8), torch.randn(2, 2, 11, 8), torch.randn(2, 2, 11, 8)
+    out, weights = LinformerAttention(projected_length=4, max_length=16)(q, k, v, need_weights=True)
+    assert out.shape == (2, 2, 3, 8) and weights.shape == (2, 2, 3, 11)
+    torch.testing.assert_close(weights @ v, out, atol=1e-5, rtol=1e-5)  # the implied weights P·F
+
+
+def test_a_sequence_longer_than_the_projections_and_causal_use_are_refused():
+    q, k, v = _qkv(n=9)
+    with pytest.raises(ValueError, match="9 keys, but its projections cover attention.max_length=8"):
+        LinformerAttention(4, max_length=8)(q, k, v)
+    with pytest.raises(ValueError, match="cannot be causal"):
+        LinformerAttention(4, max_length=16)(q, k, v, causal=True)
