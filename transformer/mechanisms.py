@@ -21,6 +21,7 @@ Every mechanism is an ``nn.Module`` with one call signature (see ``attention.Sof
 | atrous    | the same              | the window's positions ``dilation`` apart, O(n·w·d)  |
 | sparse    | the same              | the window plus every ``stride``-th position, O(n·(w + n/stride)·d) |
 | linformer | ``linformer.py``      | softmax(Q(EK)ᵀ/√d)(FV), keys/values projected n → k, O(n·k·d) |
+| nystrom   | ``nystrom.py``        | softmax(QK̃ᵀ)·softmax(Q̃K̃ᵀ)⁺·softmax(Q̃Kᵀ)V, m landmarks, O(n·m·d + m³) |
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from transformer.feature_maps import EluFeatureMap, FavorFeatureMap
 from transformer.linear_attention import LinearAttention
 from transformer.linformer import LinformerAttention
 from transformer.local_attention import LocalAttention
+from transformer.nystrom import NystromAttention
 
 ROLES = ("encoder_self", "decoder_self", "cross")
 
@@ -46,6 +48,10 @@ REFUSED: dict[str, dict[str, str]] = {
     "local": {"cross": "a window of nearby positions means nothing between a target and its source"},
     "atrous": {"cross": "a dilated window of positions means nothing between a target and its source"},
     "sparse": {"cross": "its local + strided pattern is defined over one sequence's positions"},
+    "nystrom": {
+        "decoder_self": "not causal: its landmarks average over all positions, later ones too",
+        "cross": "its landmarks are segments of one sequence, queries and keys alike",
+    },
     "linformer": {"decoder_self": "not causal: each projected key mixes all positions, later ones too"},
 }
 
@@ -71,6 +77,7 @@ class AttentionConfig:
     redraw_interval: int = 1000  # performer: training forward passes between redraws; 0 never
     projected_length: int = 64  # linformer: k, the keys and values are projected to
     max_length: int = 1024  # linformer: the longest sequence its projections cover; longer is refused
+    landmarks: int = 64  # nystrom: m, segments whose means stand for the queries and keys
 
     def __post_init__(self) -> None:
         for role in ROLES:
@@ -81,7 +88,15 @@ class AttentionConfig:
             why = REFUSED[name].get(role)
             if why:
                 raise ValueError(f"attention.{role}={name} is not supported: {why}")
-        for name in ("window", "dilation", "stride", "features", "projected_length", "max_length"):
+        for name in (
+            "window",
+            "dilation",
+            "stride",
+            "features",
+            "projected_length",
+            "max_length",
+            "landmarks",
+        ):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"attention.{name} must be at least 1, not {getattr(self, name)}")
         if self.redraw_interval < 0:
@@ -137,4 +152,6 @@ def build_mechanism(role: str, cfg: AttentionConfig, d_head: int, dropout: float
         return LocalAttention(cfg.window, stride=cfg.stride, dropout=dropout)
     if name == "linformer":
         return LinformerAttention(cfg.projected_length, cfg.max_length, dropout=dropout)
+    if name == "nystrom":
+        return NystromAttention(cfg.landmarks, dropout=dropout)
     raise ValueError(f"attention.{role}: unknown mechanism {name!r}")  # AttentionConfig refuses it first

@@ -31,6 +31,7 @@ MECHANISMS = {
     "linformer": dict(
         encoder_self="linformer", decoder_self="linear", cross="linformer", projected_length=4, max_length=16
     ),
+    "nystrom": dict(encoder_self="nystrom", decoder_self="linear", cross="linear", landmarks=3),
 }
 EACH = pytest.mark.parametrize("attention", list(MECHANISMS.values()), ids=list(MECHANISMS))
 

@@ -1,0 +1,121 @@
+"""Nyström attention (Xiong et al. 2021, "Nyströmformer"): softmax attention through m landmarks.
+
+With landmarks Q̃, K̃ ∈ R^{m × d} (the means of m segments of the queries and of the keys,
+equation (14)), softmax attention S = softmax(QKᵀ/√d) is approximated (equation (15)) by
+
+    Ŝ V = softmax(Q K̃ᵀ/√d) · (softmax(Q̃ K̃ᵀ/√d))⁺ · softmax(Q̃ Kᵀ/√d) V
+             [n × m]              [m × m]              [m × n]·[n × d]
+
+computed right to left, so nothing n × n is formed: O(n·m·d + m³) time, O(n·m) memory. The
+Moore-Penrose pseudo-inverse ⁺ is the paper's iteration (equation (16)),
+Z_{j+1} = ¼ Z_j (13I − A Z_j (15I − A Z_j (7I − A Z_j))), from Z_0 = Aᵀ / (‖A‖₁ ‖A‖_∞), six
+steps by default; the norms are each (sentence, head)'s own, not the batch's maximum as in the
+paper, so that a sentence's output does not depend on its neighbours. The paper's optional
+depthwise convolution of V (a skip connection) is not included.
+
+Segments follow each sentence's real length L: position i < L belongs to segment ⌊i·m/L⌋, and
+padded positions to none, so padded queries and keys contribute nothing to the landmarks and
+padded keys nothing to softmax(Q̃Kᵀ). With m ≥ L every token is its own segment (the landmarks
+are the queries and keys themselves, the rest empty), and Ŝ = S up to the pseudo-inverse's
+iteration. An empty segment's landmark is masked as a key and given an identity row in A, so
+it drops out of the product. Computed in fp32 whatever the autocast (the iteration would not
+converge in bf16).
+
+Encoder self-attention only (``mechanisms.REFUSED``): the landmarks average over the whole
+sequence, later positions included, so it is not causal; cross-attention would need landmarks
+of queries and keys from different sequences, which the paper does not define.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+NEG = -1e9  # the score of a masked entry: finite, so an all-masked row gives weights, not NaN
+
+
+def segments(n: int, m: int, lengths: Tensor) -> Tensor:
+    """[B, n, m] one-hot of each position's segment ⌊i·m/L⌋ for rows of real lengths ``lengths``
+    ([B]); zero rows at padded positions."""
+    i = torch.arange(n, device=lengths.device)
+    seg = (i[None, :] * m) // lengths[:, None].clamp(min=1)  # (B, n)
+    one_hot = seg[..., None] == torch.arange(m, device=lengths.device)  # (B, n, m)
+    return one_hot & (i[None, :] < lengths[:, None])[..., None]
+
+
+def iterative_pinv(a: Tensor, iterations: int) -> Tensor:
+    """The Moore-Penrose pseudo-inverse of square matrices [..., m, m] by equation (16)."""
+    eye = torch.eye(a.size(-1), dtype=a.dtype, device=a.device)
+    norms = a.abs().sum(-2).amax(-1) * a.abs().sum(-1).amax(-1)  # ‖A‖₁ ‖A‖_∞, each matrix its own
+    z = a.transpose(-2, -1) / norms[..., None, None]
+    for _ in range(iterations):
+        az = a @ z
+        z = 0.25 * z @ (13 * eye - az @ (15 * eye - az @ (7 * eye - az)))
+    return z
+
+
+class NystromAttention(nn.Module):
+    """Equation (15) behind the mechanisms' signature (``attention.SoftmaxAttention``).
+
+    Args:
+        landmarks: m, the segments whose means stand for the queries and keys.
+        pinv_iterations: steps of equation (16).
+        dropout: on the n × m weights softmax(Q K̃ᵀ/√d).
+    """
+
+    def __init__(self, landmarks: int, pinv_iterations: int = 6, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.landmarks, self.pinv_iterations, self.dropout = landmarks, pinv_iterations, dropout
+
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        state: object | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """The mechanisms' signature; mask: key padding [B, 1, 1, n]. ``need_weights``: the implied
+        Ŝ [B, H, n, n] (pictures only)."""
+        if causal or state is not None:
+            raise ValueError("nystrom attention cannot be causal: its landmarks average all positions")
+        if q.size(2) != k.size(2):
+            raise ValueError(f"nystrom attention is self-attention: {q.size(2)} queries, {k.size(2)} keys")
+        b, _, n, d = q.shape
+        m = self.landmarks
+        dtype = v.dtype
+        with torch.autocast(q.device.type, enabled=False):
+            q, k, v = q.float() / math.sqrt(d), k.float(), v.float()  # 1/√d once, on the queries
+            if mask is None:
+                lengths = torch.full((b,), n, device=q.device)
+                valid = None
+            else:
+                valid = mask[:, :, 0, :]  # (B, 1, n)
+                lengths = valid[:, 0].sum(-1)
+            seg = segments(n, m, lengths).float()  # (B, n, m)
+            counts = seg.sum(1)  # (B, m)
+            present = (counts > 0)[:, None, None, :]  # (B, 1, 1, m): landmarks with a segment
+            means = seg.transpose(-2, -1)[:, None] / counts.clamp(min=1)[:, None, :, None]  # (B, 1, m, n)
+            q_land, k_land = means @ q, means @ k  # (B, H, m, d): equation (14)
+
+            def softmax(scores: Tensor, allowed: Tensor | None) -> Tensor:
+                if allowed is not None:
+                    scores = scores.masked_fill(~allowed, NEG)
+                return scores.softmax(dim=-1)
+
+            kernel_1 = softmax(q @ k_land.transpose(-2, -1), present)  # (B, H, n, m)
+            kernel_2 = softmax(q_land @ k_land.transpose(-2, -1), present)  # (B, H, m, m)
+            eye = torch.eye(m, device=q.device)
+            kernel_2 = torch.where(present.transpose(-2, -1), kernel_2, eye)  # empty landmark: identity row
+            key_ok = None if valid is None else valid[..., None, :]  # (B, 1, 1, n)
+            kernel_3 = softmax(q_land @ k.transpose(-2, -1), key_ok)  # (B, H, m, n)
+            if self.training and self.dropout > 0.0:
+                kernel_1 = nn.functional.dropout(kernel_1, p=self.dropout)
+            middle = kernel_1 @ iterative_pinv(kernel_2, self.pinv_iterations)  # (B, H, n, m)
+            out = middle @ (kernel_3 @ v)  # (B, H, n, d)
+            weights = middle @ kernel_3 if need_weights else None
+        return out.to(dtype), weights
