@@ -22,6 +22,7 @@ Every mechanism is an ``nn.Module`` with one call signature (see ``attention.Sof
 | sparse    | the same              | the window plus every ``stride``-th position, O(n·(w + n/stride)·d) |
 | linformer | ``linformer.py``      | softmax(Q(EK)ᵀ/√d)(FV), keys/values projected n → k, O(n·k·d) |
 | nystrom   | ``nystrom.py``        | softmax(QK̃ᵀ)·softmax(Q̃K̃ᵀ)⁺·softmax(Q̃Kᵀ)V, m landmarks, O(n·m·d + m³) |
+| lsh       | ``lsh_attention.py``  | shared-QK softmax within hash buckets, on sorted chunks, O(r·n·c·d) |
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from transformer.feature_maps import EluFeatureMap, FavorFeatureMap
 from transformer.linear_attention import LinearAttention
 from transformer.linformer import LinformerAttention
 from transformer.local_attention import LocalAttention
+from transformer.lsh_attention import LSHAttention
 from transformer.nystrom import NystromAttention
 
 ROLES = ("encoder_self", "decoder_self", "cross")
@@ -52,6 +54,7 @@ REFUSED: dict[str, dict[str, str]] = {
         "decoder_self": "not causal: its landmarks average over all positions, later ones too",
         "cross": "its landmarks are segments of one sequence, queries and keys alike",
     },
+    "lsh": {"cross": "its buckets hash one sequence's shared queries and keys; a source has no queries"},
     "linformer": {"decoder_self": "not causal: each projected key mixes all positions, later ones too"},
 }
 
@@ -78,6 +81,9 @@ class AttentionConfig:
     projected_length: int = 64  # linformer: k, the keys and values are projected to
     max_length: int = 1024  # linformer: the longest sequence its projections cover; longer is refused
     landmarks: int = 64  # nystrom: m, segments whose means stand for the queries and keys
+    buckets: int = 8  # lsh: hash buckets b, 1 or even
+    rounds: int = 2  # lsh: hash rounds, each with its own random rotations
+    chunk_length: int = 64  # lsh: sorted positions a query sees back (and forward unless causal)
 
     def __post_init__(self) -> None:
         for role in ROLES:
@@ -99,6 +105,8 @@ class AttentionConfig:
         ):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"attention.{name} must be at least 1, not {getattr(self, name)}")
+        if self.buckets > 1 and self.buckets % 2:
+            raise ValueError(f"attention.buckets must be 1 or even, not {self.buckets}")
         if self.redraw_interval < 0:
             raise ValueError(f"attention.redraw_interval must be 0 (never) or more: {self.redraw_interval}")
 
@@ -154,4 +162,6 @@ def build_mechanism(role: str, cfg: AttentionConfig, d_head: int, dropout: float
         return LinformerAttention(cfg.projected_length, cfg.max_length, dropout=dropout)
     if name == "nystrom":
         return NystromAttention(cfg.landmarks, dropout=dropout)
+    if name == "lsh":
+        return LSHAttention(d_head, cfg.buckets, cfg.rounds, cfg.chunk_length, dropout=dropout)
     raise ValueError(f"attention.{role}: unknown mechanism {name!r}")  # AttentionConfig refuses it first

@@ -27,13 +27,12 @@ class LargestTensor(TorchDispatchMode):
         return out
 
 
-SETTINGS = dict(
-    window=16, dilation=2, stride=32, features=32, projected_length=32, max_length=2048, landmarks=32
-)
+SETTINGS = dict(window=16, dilation=2, stride=32, features=32, projected_length=32, max_length=2048)
+SETTINGS.update(landmarks=32, buckets=8, rounds=2, chunk_length=32)
 
 
 @pytest.mark.parametrize(
-    "name", ["softmax", "linear", "performer", "local", "atrous", "sparse", "linformer", "nystrom"]
+    "name", ["softmax", "linear", "performer", "local", "atrous", "sparse", "linformer", "nystrom", "lsh"]
 )
 @pytest.mark.parametrize("causal", [False, True], ids=["encoder", "causal"])
 def test_no_mechanism_but_softmax_builds_an_n_by_n_tensor(name, causal):

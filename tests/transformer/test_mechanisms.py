@@ -32,6 +32,7 @@ MECHANISMS = {
         encoder_self="linformer", decoder_self="linear", cross="linformer", projected_length=4, max_length=16
     ),
     "nystrom": dict(encoder_self="nystrom", decoder_self="linear", cross="linear", landmarks=3),
+    "lsh": dict(encoder_self="lsh", decoder_self="lsh", buckets=4, rounds=2, chunk_length=2),
 }
 EACH = pytest.mark.parametrize("attention", list(MECHANISMS.values()), ids=list(MECHANISMS))
 
@@ -78,6 +79,8 @@ def test_unknown_mechanisms_settings_and_dropout_without_weights_are_refused():
         AttentionConfig.from_dict({"windw": 3})
     with pytest.raises(ValueError, match="window must be at least 1"):
         AttentionConfig(window=0)
+    with pytest.raises(ValueError, match="buckets must be 1 or even"):
+        AttentionConfig(buckets=3)
     with pytest.raises(ValueError, match="encoder_self=performer has no attention weights"):
         TransformerConfig(10, 10, attention_dropout=0.1, attention={"encoder_self": "performer"})
     assert set(ROLES) == {"encoder_self", "decoder_self", "cross"}

@@ -1,0 +1,84 @@
+"""LSH attention: shared-QK softmax with one bucket, the sorted-chunk pattern, fixed hashes."""
+
+import pytest
+import torch
+
+from transformer.lsh_attention import LSHAttention, shared_qk_attention
+
+
+def _qkv(b=2, h=2, n=13, d=8):
+    return torch.randn(b, h, n, d), torch.randn(b, h, n, d), torch.randn(b, h, n, d)
+
+
+def _key_mask(n, lengths=(13, 6)):
+    return (torch.arange(n)[None, :] < torch.tensor(lengths)[:, None])[:, None, None, :]  # (B, 1, 1, n)
+
+
+CAUSAL = pytest.mark.parametrize("causal", [False, True], ids=["encoder", "causal"])
+
+
+@CAUSAL
+@pytest.mark.parametrize("chunk", [13, 20])
+def test_one_bucket_one_round_and_chunks_covering_the_sequence_is_shared_qk_softmax(causal, chunk):
+    torch.manual_seed(0)
+    q, k, v = _qkv()
+    mask = _key_mask(13)
+    out, _ = LSHAttention(8, buckets=1, rounds=1, chunk=chunk)(q, k, v, mask, causal)
+    expected = shared_qk_attention(q, v, mask, causal)
+    real = mask[:, :, 0, :, None]  # padded queries' rows go unused
+    torch.testing.assert_close(out * real, expected * real, atol=1e-5, rtol=1e-5)
+
+
+def test_a_token_attends_to_itself_only_when_nothing_else_is_allowed():
+    q, k, v = _qkv(b=1, h=1, n=5)
+    _, weights = LSHAttention(8, buckets=1, rounds=1, chunk=8)(q, k, v, causal=True, need_weights=True)
+    assert weights[0, 0, 0, 0] == 1  # the first position has only itself
+    assert (weights[0, 0, 1:].diagonal(offset=1) < 1e-30).all()  # the others never see themselves
+
+
+@CAUSAL
+@pytest.mark.parametrize(
+    ("buckets", "rounds", "chunk"), [(4, 1, 3), (4, 3, 2), (8, 2, 4), (2, 2, 1)], ids=str
+)
+def test_sorted_chunks_compute_the_pattern_written_out(causal, buckets, rounds, chunk):
+    """The chunked computation == the sets P_i written out as an n × n matrix (need_weights)."""
+    torch.manual_seed(0)
+    q, k, v = _qkv()
+    mask = _key_mask(13)
+    attention = LSHAttention(8, buckets, rounds, chunk)
+    chunked, _ = attention(q, k, v, mask, causal)
+    dense, weights = attention(q, k, v, mask, causal, need_weights=True)
+    real = mask[:, :, 0, :, None]
+    torch.testing.assert_close(chunked * real, dense * real, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 2, 13))
+    assert (weights[1, :, :6, 6:] == 0).all()  # padded keys contribute nothing
+    if causal:
+        assert (weights.triu(1) == 0).all()
+    # A query sees keys of its own bucket in some round, at most chunk of them per round back.
+    hashes = attention.hash(torch.nn.functional.normalize(q, dim=-1), mask[:, :, 0, :])
+    shared = (hashes[..., :, None] == hashes[..., None, :]).any(2)  # (B, H, n, n)
+    assert (weights[shared.logical_not()] == 0).all()
+
+
+def test_causal_sets_are_the_last_chunk_positions_of_the_bucket():
+    torch.manual_seed(0)
+    q, k, v = _qkv(b=1, h=1, n=16)
+    attention = LSHAttention(8, buckets=2, rounds=1, chunk=3)
+    _, weights = attention(q, k, v, causal=True, need_weights=True)
+    hashes = attention.hash(torch.nn.functional.normalize(q, dim=-1), None)[0, 0, 0]
+    for i in range(16):
+        before = [j for j in range(i) if hashes[j] == hashes[i]][-2:]  # itself and 2 before: chunk 3
+        seen = weights[0, 0, i].nonzero().squeeze(1).tolist()
+        assert seen == (before if before else [i])
+
+
+def test_hashes_are_fixed_saved_with_the_model_and_odd_buckets_refused():
+    a = LSHAttention(8, buckets=4, rounds=2, chunk=4)
+    assert a.state_dict()["rotations"].shape == (8, 2, 2)
+    b = LSHAttention(8, buckets=4, rounds=2, chunk=4)
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(1, 2, 9, 8)
+    assert torch.equal(a.hash(x, None), b.hash(x, None))
+    assert a.hash(x, None).max() < 4
+    with pytest.raises(ValueError, match="even number of buckets"):
+        LSHAttention(8, buckets=3, rounds=1, chunk=4)

@@ -1,0 +1,236 @@
+"""LSH attention (Kitaev et al. 2020, "Reformer"): softmax attention within hash buckets, on sorted chunks.
+
+Shared-QK (section 2): the keys are the queries, normalised, k_j = q_j / ‖q_j‖, and a position
+does not attend to itself unless nothing else is allowed (its score is replaced by -1e5, the
+paper's choice). Attention of query i is restricted to a set P_i (equation (2)):
+
+    o_i = Σ_{j∈P_i} exp(q_i·k_j/√d − log N_ij − z(i, P_i)) v_j
+
+Angular LSH (section 2, "Hashing attention"): with a random rotation R ∈ R^{d × b/2},
+h(x) = argmax([xR; −xR]) of b buckets, and P_i holds the positions of i's bucket. Positions are
+sorted by (bucket, position) and cut into chunks of ``chunk`` (equation (3)); a chunk attends to
+itself and to the chunk before it. Here that is a sliding window of ``chunk`` sorted positions
+back (and forward unless causal), computed on chunks with their neighbours: P_i = {j : h(j) =
+h(i), |s(i) − s(j)| < c} for sorted indices s, causal 0 ≤ s(i) − s(j) < c. Within one bucket
+the sorted order is the positions' order, so causal P_i is the last c positions ≤ i of i's bucket:
+it does not depend on where chunk boundaries fall, and so not on later tokens (with fixed chunk
+boundaries, a later token's bucket would move i's chunk). Several rounds (equation (4)) hash
+with independent rotations and combine as P_i = ∪_r P_i^(r), each round's output weighted by
+exp(z_r(i) − z(i)); N_ij, the rounds in which i and j share a bucket, stops a key seen in
+several rounds from counting several times (the paper's correction, by bucket, not by chunk).
+
+With one bucket, one round and chunks covering the sequence, this is shared-QK softmax attention
+exactly (:func:`shared_qk_attention`). Cost: O(r·n·c·d) time and O(r·n·c) memory for r rounds,
+plus the sort, O(r·n log n). Rotations are drawn once, at construction, and saved with the model
+(a fixed hash, so a sentence hashes the same alone, in a batch and step by step). Padded
+positions get a bucket of their own, sorted after every real one, so they share no chunk
+window with real positions and contribute nothing.
+
+Decoding (causal self-attention) keeps a K/V cache (:class:`LSHCache`: the normalised keys,
+values and their hashes) and scores a new query against all cached keys, masked to its set P_i:
+O(n·d) per step, as softmax's cache.
+
+The mechanism ignores the keys ``MultiHeadAttention`` projects (it uses the queries): the key
+rows of that layer's ``in_proj`` get no gradient. A run with ``trainer.strategy=ddp`` needs
+unused parameters allowed (``ddp_find_unused_parameters_true``).
+
+Computed in fp32 whatever the autocast: a bucket must not change with the precision.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+SELF = -1e5  # a position's score for itself: it attends to itself only when nothing else is allowed
+NEG = -1e9  # the score of a position not in P_i: finite, so no row is ever NaN
+
+
+def shared_qk_attention(q: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
+    """Shared-QK softmax attention as the Reformer defines it, written out (n × n): the reference
+    that LSH attention with one bucket and one round equals. q, v: [B, H, n, d]; mask [B, 1, 1, n]."""
+    n = q.size(-2)
+    scores = q @ F.normalize(q, dim=-1).transpose(-2, -1) / math.sqrt(q.size(-1))
+    allowed = torch.ones(n, n, dtype=torch.bool, device=q.device)
+    if causal:
+        allowed = allowed.tril()
+    if mask is not None:
+        allowed = allowed & mask
+    scores = scores.masked_fill(torch.eye(n, dtype=torch.bool, device=q.device), SELF)
+    return scores.masked_fill(~allowed, NEG).softmax(-1) @ v
+
+
+class LSHCache:
+    """Decoding state of LSH attention: the normalised keys, the values and their buckets so far.
+
+    ``k``, ``v``: [rows, heads, t, d]; ``hashes``: [rows, heads, rounds, t]; None before the first step.
+    """
+
+    def __init__(self) -> None:
+        self.k: Tensor | None = None
+        self.v: Tensor | None = None
+        self.hashes: Tensor | None = None
+
+    def extend(self, k: Tensor, v: Tensor, hashes: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Appends new positions and returns all of them."""
+        if self.k is not None:
+            k, v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
+            hashes = torch.cat([self.hashes, hashes], dim=-1)
+        self.k, self.v, self.hashes = k, v, hashes
+        return k, v, hashes
+
+    def select(self, rows: Tensor, spare: Tensor | None = None) -> Tensor | None:
+        """Keeps rows ``rows`` ([new_rows] indices) in that order (beam search); ``spare`` is passed on."""
+        if self.k is not None:
+            self.k, self.v = self.k.index_select(0, rows), self.v.index_select(0, rows)
+            self.hashes = self.hashes.index_select(0, rows)
+        return spare
+
+
+class LSHAttention(nn.Module):
+    """Shared-QK LSH attention behind the mechanisms' signature (``attention.SoftmaxAttention``).
+
+    Args:
+        d_head: width of the heads (of the rotations).
+        buckets: b, 1 or even (h takes the argmax over ±b/2 rotated coordinates).
+        rounds: independent hashes whose attention is combined.
+        chunk: c, sorted positions a query sees back (and forward unless causal), itself included.
+        dropout: on the attention weights.
+    """
+
+    def __init__(self, d_head: int, buckets: int, rounds: int, chunk: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        if buckets > 1 and buckets % 2:
+            raise ValueError(f"LSH attention needs an even number of buckets (or 1), not {buckets}")
+        self.buckets, self.rounds, self.chunk, self.dropout = buckets, rounds, chunk, dropout
+        # R of each round: random rotations, fixed (section 2; equation (4)'s h^(r)).
+        self.register_buffer("rotations", torch.randn(d_head, rounds, max(buckets // 2, 1)))
+
+    def hash(self, k: Tensor, valid: Tensor | None) -> Tensor:
+        """Buckets [B, H, rounds, n] of keys [B, H, n, d]; padded positions (``valid`` [B, 1, n]
+        False) get bucket ``buckets``, of their own."""
+        b, h, n, _ = k.shape
+        if self.buckets == 1:
+            hashes = torch.zeros(b, h, self.rounds, n, dtype=torch.long, device=k.device)
+        else:
+            rotated = torch.einsum("bhnd,drk->bhrnk", k, self.rotations.float())
+            hashes = torch.cat([rotated, -rotated], dim=-1).argmax(-1)  # h(x) = argmax([xR; −xR])
+        if valid is not None:
+            hashes = hashes.masked_fill(~valid[:, :, None, :], self.buckets)
+        return hashes
+
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        state: LSHCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """The mechanisms' signature; ``k`` is ignored (shared-QK); mask: key padding [B, 1, 1, n].
+        ``need_weights``: the weights over the positions of P_i [B, H, Tq, n] (n × n: pictures only)."""
+        if q.size(2) != v.size(2):
+            raise ValueError(f"LSH attention is self-attention: {q.size(2)} queries, {v.size(2)} values")
+        p = self.dropout if self.training else 0.0
+        dtype = v.dtype
+        with torch.autocast(q.device.type, enabled=False):
+            q, v = q.float(), v.float()
+            k = F.normalize(q, dim=-1)  # shared-QK: the keys are the normalised queries
+            valid = None if mask is None else mask[:, :, 0, :]  # (B, 1, n)
+            hashes = self.hash(k, valid)  # (B, H, R, n)
+            if state is not None:
+                if not causal:
+                    raise ValueError("a decoding state is for causal self-attention")
+                k, v, hashes = state.extend(k, v, hashes)
+            if state is not None or need_weights:
+                out, weights = self._dense(q, k, v, hashes, causal, p)
+            else:
+                out, weights = self._chunked(q, k, v, hashes, causal, p), None
+        return out.to(dtype), weights
+
+    def _dense(
+        self, q: Tensor, k: Tensor, v: Tensor, hashes: Tensor, causal: bool, p: float
+    ) -> tuple[Tensor, Tensor]:
+        """P_i written out for the last Tq of n positions (decoding; pictures; the tests' reference).
+
+        q: [B, H, Tq, d]; k, v: [B, H, n, d]; hashes: [B, H, R, n]. Returns out and weights [B, H, Tq, n].
+        """
+        n, t = k.size(2), q.size(2)
+        pos = torch.arange(n, device=q.device)
+        s = (hashes * n + pos).argsort(-1).argsort(-1)  # (B, H, R, n): sorted index of each position
+        h_q, s_q = hashes[..., n - t :], s[..., n - t :]
+        same = h_q[..., :, None] == hashes[..., None, :]  # (B, H, R, Tq, n)
+        diff = s_q[..., :, None] - s[..., None, :]
+        member = same & (diff < self.chunk) & ((diff >= 0) if causal else (diff > -self.chunk))
+        duplicates = same.sum(2, keepdim=True).clamp(min=1)  # N_ij: rounds sharing a bucket
+        scores = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)))[:, :, None] - duplicates.log()
+        is_self = pos[n - t :, None] == pos[None, :]  # (Tq, n)
+        scores = scores.masked_fill(is_self, SELF).masked_fill(~member, NEG)  # (B, H, R, Tq, n)
+        z = scores.logsumexp(-1, keepdim=True)  # (B, H, R, Tq, 1): z_r(i)
+        share = z.softmax(2)  # exp(z_r(i) − z(i)), exact where a row holds only its SELF score
+        weights = ((scores - z).exp() * share).sum(2)  # (B, H, Tq, n)
+        if p > 0.0:
+            weights = F.dropout(weights, p=p)
+        return weights @ v, weights
+
+    def _chunked(self, q: Tensor, k: Tensor, v: Tensor, hashes: Tensor, causal: bool, p: float) -> Tensor:
+        """Sort by (bucket, position), attend on chunks of c sorted queries, unsort, combine rounds."""
+        b, h, n, d = q.shape
+        r, c = self.rounds, self.chunk
+        order = (hashes * n + torch.arange(n, device=q.device)).argsort(-1)  # (B, H, R, n): equation (3)
+
+        def sort(x: Tensor) -> Tensor:  # (B, H, n, e) -> (B, H, R, n, e), in each round's order
+            x = x[:, :, None].expand(b, h, r, n, x.size(-1))
+            return x.gather(3, order[..., None].expand(b, h, r, n, x.size(-1)))
+
+        nc = math.ceil(n / c)
+        pad = nc * c - n
+        before, after = c, 0 if causal else c
+        span = before + c + after  # keys of a chunk of queries: its chunk and the neighbours
+
+        def as_queries(x: Tensor, fill: float) -> Tensor:  # (..., n, e) -> (..., nc, c, e)
+            return F.pad(x, (0, 0, 0, pad), value=fill).view(*x.shape[:-2], nc, c, x.size(-1))
+
+        def as_keys(x: Tensor, fill: float) -> Tensor:  # (..., n, e) -> (..., nc, e, span)
+            return F.pad(x, (0, 0, before, pad + after), value=fill).unfold(-2, span, c)
+
+        sq, sk, sv = sort(q), sort(k), sort(v)  # (B, H, R, n, d)
+        scores = as_queries(sq, 0.0) @ as_keys(sk, 0.0) / math.sqrt(d)  # (B, H, R, nc, c, span)
+        i = torch.arange(nc * c, device=q.device).view(nc, c, 1)  # sorted index of each query
+        j = torch.arange(nc, device=q.device)[:, None] * c - before + torch.arange(span, device=q.device)
+        j = j.view(nc, 1, span)  # sorted index of each key
+        near = (i - j < c) & ((j <= i) if causal else (j - i < c)) & (j >= 0) & (j < n)  # (nc, c, span)
+        sorted_hashes = sort(hashes.transpose(-2, -1))  # (B, H, R, n, R): every round's bucket
+        own = hashes.gather(-1, order)[..., None]  # (B, H, R, n, 1): this round's bucket
+        same = as_queries(own, -1)[..., :, None] == as_keys(own, -2)[..., None, :, :]
+        same = same.squeeze(-2)  # (B, H, R, nc, c, span): in the query's bucket
+        # N_ij: rounds in which i and j share a bucket.
+        hq, hk = as_queries(sorted_hashes, -1), as_keys(sorted_hashes, -2)  # (.., c, R), (.., R, span)
+        duplicates = sum(hq[..., s, None] == hk[..., s, None, :] for s in range(r))  # one round at a time
+        scores = scores - duplicates.clamp(min=1).log()
+        positions = order[..., None]  # (B, H, R, n, 1)
+        is_self = (
+            as_queries(positions, -1)[..., :, None] == as_keys(positions, -2)[..., None, :, :]
+        ).squeeze(-2)
+        scores = scores.masked_fill(is_self, SELF).masked_fill(~(near & same), NEG)
+        z = scores.logsumexp(-1, keepdim=True)  # (B, H, R, nc, c, 1): z_r(i)
+        weights = (scores - z).exp()
+        if p > 0.0:
+            weights = F.dropout(weights, p=p)
+        out = weights @ as_keys(sv, 0.0).transpose(-2, -1)  # (B, H, R, nc, c, d)
+        out = out.view(b, h, r, nc * c, d)[..., :n, :]
+        z = z.view(b, h, r, nc * c)[..., :n]
+        undo = order.argsort(-1)  # back to the positions' order
+        out = out.gather(3, undo[..., None].expand(b, h, r, n, d))
+        z = z.gather(3, undo)  # (B, H, R, n)
+        share = z.softmax(2)  # exp(z_r(i) − z(i)): equation (4)'s rounds (softmax: exact at SELF)
+        return (share[..., None] * out).sum(2)
+
+    def new_state(self, max_steps: int) -> LSHCache:
+        """An empty K/V cache (with the keys' buckets); it grows by one position a step."""
+        return LSHCache()
