@@ -173,7 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--attention-dir",
         metavar="DIR",
         help="write PNG heatmaps of the best translation's cross-attention to DIR: line{N}.layer{L}.png "
-        "per decoder layer, heads averaged, source subwords across, output subwords down",
+        "per decoder layer, heads averaged, source subwords across, output subwords down; with an "
+        "encoder whose attention is not softmax, also its self-attention: line{N}.encoder.layer{L}.png",
     )
     attention.add_argument(
         "--attention-heads",

@@ -221,6 +221,32 @@ class Transformer(nn.Module):
         _, weights = self.decode(tgt_in, self.project_memory(memory), src_mask, need_weights=True)
         return weights
 
+    def encoder_attention_weights(self, src: Tensor) -> list[Tensor]:
+        """Per encoder layer, the self-attention weights [batch, heads, src_len, src_len] its
+        mechanism implies (eval mode; n × n, for pictures): softmax's weights, linear attention's
+        normalised φ(q)·φ(k) rows, the pattern local, sparse and LSH attention attend over.
+
+        The mechanisms are asked for their weights (``need_weights``) through forward hooks, so the
+        encoder's own code path is the one that runs.
+        """
+        weights: list[Tensor] = []
+
+        def ask(module: nn.Module, args: tuple) -> tuple:  # (q, k, v, mask, causal, state, need_weights)
+            return (*args[:6], True)
+
+        def keep(module: nn.Module, args: tuple, out: tuple[Tensor, Tensor | None]) -> None:
+            weights.append(out[1])
+
+        mechanisms = [layer.self_attn.mechanism for layer in self.encoder.layers]
+        handles = [m.register_forward_pre_hook(ask) for m in mechanisms]
+        handles += [m.register_forward_hook(keep) for m in mechanisms]
+        try:
+            self.encode(src)
+        finally:
+            for handle in handles:
+                handle.remove()
+        return weights
+
     def start_decoding(self, memory: Tensor, src_mask: Tensor, max_steps: int = 64) -> DecoderState:
         """Empty self-attention states and the cross-attention K/V of ``memory`` [n_src, src_len, d].
 

@@ -1,5 +1,10 @@
 """Cross-attention as pictures: which source subword each output subword looked at.
 
+Any mechanism's weights (``transformer/mechanisms.py``): softmax's, linear attention's and the
+Performer's normalised φ(q)·φ(k) rows, Linformer's implied weights P·F. A model whose encoder
+self-attention is not softmax also gets that, as the pattern its mechanism attends over (local,
+atrous, sparse, LSH) or implies (linear, Performer, Linformer, Nyström), source across and down.
+
 Uses matplotlib's object-oriented API with the Agg canvas (no pyplot, no GUI, no global backend
 switch), so it works on servers and leaves the caller's matplotlib settings alone.
 """
@@ -174,7 +179,8 @@ def write_attention(
     per_head: bool,
     max_sentences: int,
 ) -> int:
-    """Heatmaps of the best translation's cross-attention for the first ``max_sentences`` non-empty lines.
+    """Heatmaps of the best translation's cross-attention for the first ``max_sentences`` non-empty lines,
+    and, where the encoder's self-attention is not softmax, of that (``line{N}.encoder.layer{L}.png``).
 
     Args:
         translator: the translator that produced ``results``.
@@ -197,4 +203,9 @@ def write_attention(
         out_labels = translator.tgt_tokenizer.id_to_piece(best.tokens + [translator.eos_id])
         stem = f"line{i + 1:0{width}d}"
         written += len(plot_cross_attention(weights, src_labels, out_labels, out_dir, stem, per_head))
+        if translator.model.cfg.attention.encoder_self != "softmax":
+            encoder = translator.encoder_attention(sources[i])
+            written += len(
+                plot_cross_attention(encoder, src_labels, src_labels, out_dir, f"{stem}.encoder", per_head)
+            )
     return written

@@ -338,3 +338,14 @@ class Translator:
         src = torch.tensor([source + [self.eos_id]], device=self.device)  # (1, S)
         tgt_in = torch.tensor([[self.bos_id] + output], device=self.device)  # (1, T)
         return [w[0].float().cpu() for w in self.model.cross_attention_weights(src, tgt_in)]
+
+    @torch.no_grad()
+    def encoder_attention(self, source: list[int]) -> list[Tensor]:
+        """The encoder's self-attention on ``source`` (ids without EOS), as its mechanism implies it.
+
+        Returns:
+            Per encoder layer, [heads, len(source) + 1, len(source) + 1] on the CPU (the last row
+            and column: ``</s>``).
+        """
+        src = torch.tensor([source + [self.eos_id]], device=self.device)  # (1, S)
+        return [w[0].float().cpu() for w in self.model.encoder_attention_weights(src)]
