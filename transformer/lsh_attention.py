@@ -30,9 +30,9 @@ Decoding (causal self-attention) keeps a K/V cache (:class:`LSHCache`: the norma
 values and their hashes) and scores a new query against all cached keys, masked to its set P_i:
 O(n·d) per step, as softmax's cache.
 
-The mechanism ignores the keys ``MultiHeadAttention`` projects (it uses the queries): the key
-rows of that layer's ``in_proj`` get no gradient. A run with ``trainer.strategy=ddp`` needs
-unused parameters allowed (``ddp_find_unused_parameters_true``).
+The mechanism ignores the keys ``MultiHeadAttention`` projects (it uses the queries), so
+``MultiHeadAttention`` needs no change: the key rows of that layer's ``in_proj`` get a zero
+gradient (they are one parameter with the query and value rows, so DDP finds no unused one).
 
 Computed in fp32 whatever the autocast: a bucket must not change with the precision.
 """
