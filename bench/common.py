@@ -81,7 +81,7 @@ def environment(threads: int) -> dict:
         "cpu_flags": " ".join(_cpu_flags()),
         "logical_cpus": os.cpu_count(),
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "cpu_native_bf16": native_bf16(),  # oneDNN's report: where False, bf16 is emulated
+        "cpu_native_bf16": native_bf16(),  # transformer/hardware.py: where False, bf16 is emulated
         "threads": threads,
         "python": platform.python_version(),
         "torch": torch.__version__,

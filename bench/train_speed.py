@@ -330,8 +330,8 @@ def main() -> None:
         "--precisions",
         nargs="+",
         choices=["fp32", "bf16"],
-        help="default: fp32, and bf16 autocast where the CPU computes bf16 natively (oneDNN's report); "
-        "elsewhere bf16 is emulated and left out unless named here",
+        help="default: fp32, and bf16 autocast where the CPU computes bf16 natively "
+        "(transformer/hardware.py); elsewhere bf16 is emulated and left out unless named here",
     )
     parser.add_argument("--workers", type=int, default=0, choices=[0, 2], help="2: also two 1-thread workers")
     parser.add_argument("--worker-rounds", type=int, default=8, help="timed rounds per worker")
@@ -345,7 +345,7 @@ def main() -> None:
     if args.precisions is None:
         args.precisions = ["fp32", "bf16"] if native_bf16() else ["fp32"]
         if not native_bf16():
-            print("bf16 left out: this CPU has no native bf16 (oneDNN's report), bf16 would be emulated")
+            print("bf16 left out: no native bf16 on this CPU (transformer/hardware.py), it would be emulated")
     s = Sizes(d_model=32, n_heads=2, layers=1, d_ff=64, vocab=500) if args.tiny else Sizes()
     batches, length_source = make_batches(args.batches, args.target_tokens, s.vocab, args.seed)
     runners = build_runners(s, ["ours", "torch"], args.precisions, args.seed)

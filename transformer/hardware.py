@@ -9,21 +9,31 @@ capability report, never by trying an operation and catching its error.
 from __future__ import annotations
 
 import functools
+import platform
 
 import torch
+
+_X86 = ("x86_64", "amd64", "i386", "i686")
 
 
 @functools.cache
 def native_bf16() -> bool:
-    """Whether this CPU computes bfloat16 natively, as PyTorch's oneDNN reports it.
+    """Whether this CPU computes bfloat16 natively, from PyTorch's reports.
 
-    True with AVX512 (BW, VL, DQ: AVX512-BF16 on AMD Zen 4 and Intel Cooper Lake and later, AMX),
-    AVX-NE-CONVERT or Arm's BF16 extension; False on AVX2-only x86 (AMD Zen 2/3, Intel client
-    CPUs since Alder Lake), where bf16 runs emulated, far slower than fp32 (BENCHMARKS.md,
-    "Precision by CPU"), and oneDNN refuses to pack bf16 weights.
+    oneDNN must support bf16 at all (``torch.ops.mkldnn._is_mkldnn_bf16_supported()``: it does
+    not on AVX2-only x86 such as AMD Zen 2/3 and Intel client CPUs since Alder Lake, and refuses to
+    pack bf16 weights there), and on x86 the CPU must have bf16 arithmetic, AVX512-BF16 (AMD Zen 4,
+    Intel Cooper Lake and later) or AMX: oneDNN also accepts plain AVX512 (Skylake and Cascade
+    Lake Xeons) or AVX-NE-CONVERT, but emulates bf16's products there. On Arm, oneDNN's report is
+    the BF16 extension itself. Where this is False, bf16 is emulated, slower than fp32
+    (BENCHMARKS.md, "Precision by CPU").
     """
     report = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
-    return bool(torch.backends.mkldnn.is_available() and report is not None and report())
+    if not (torch.backends.mkldnn.is_available() and report is not None and report()):
+        return False
+    if platform.machine().lower() in _X86:
+        return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    return True
 
 
 def bf16_capability(device: str) -> tuple[bool, str]:
@@ -42,7 +52,8 @@ def bf16_capability(device: str) -> tuple[bool, str]:
         native = native_bf16()
         return native, (
             f"CPU capability {torch.backends.cpu.get_cpu_capability()} "
-            f"(torch.backends.cpu.get_cpu_capability()), oneDNN native bf16 "
-            f"(torch.ops.mkldnn._is_mkldnn_bf16_supported()) is {native}"
+            f"(torch.backends.cpu.get_cpu_capability()), native bf16 is {native} (oneDNN's "
+            f"torch.ops.mkldnn._is_mkldnn_bf16_supported(), and on x86 AVX512-BF16 or AMX: "
+            f"torch.cpu._is_avx512_bf16_supported(), torch.cpu._is_amx_tile_supported())"
         )
     return False, f"device {device}: no bf16 capability report in PyTorch"

@@ -36,7 +36,7 @@ def test_auto_on_the_cpu_takes_bf16_only_where_it_is_native(cpu_bf16, native, ex
     choice = choose_precision("auto", "cpu")
     assert choice.precision == expected and choice.slow_warning is None
     assert torch.backends.cpu.get_cpu_capability() in choice.reason
-    assert f"_is_mkldnn_bf16_supported()) is {native}" in choice.reason
+    assert f"native bf16 is {native}" in choice.reason and "_is_avx512_bf16_supported()" in choice.reason
 
 
 @pytest.mark.parametrize(("native", "expected"), [(True, "bf16-mixed"), (False, "16-mixed")])
@@ -64,3 +64,22 @@ def test_an_explicit_precision_wins_and_emulated_bf16_is_said_to_be_slow(cpu_bf1
 def test_auto_elsewhere_is_fp32(cpu_bf16):
     choice = choose_precision("auto", "mps")
     assert choice.precision == "32-true" and "no bf16 capability report" in choice.reason
+
+
+@pytest.mark.parametrize(
+    ("onednn", "avx512_bf16", "amx", "native"),
+    [
+        (False, False, False, False),  # AVX2 only (Zen 3): oneDNN refuses bf16
+        (True, False, False, False),  # AVX512 without BF16 (Skylake, Cascade Lake): oneDNN emulates
+        (True, True, False, True),  # AVX512-BF16 (Zen 4, Cooper Lake)
+        (True, False, True, True),  # AMX (Sapphire Rapids)
+    ],
+)
+def test_native_bf16_on_x86_needs_bf16_arithmetic_not_only_onednn_support(
+    monkeypatch, onednn, avx512_bf16, amx, native
+):
+    monkeypatch.setattr(hardware.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: onednn)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    assert hardware.native_bf16.__wrapped__() is native
