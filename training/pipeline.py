@@ -17,6 +17,7 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping, LearningRateMon
 from lightning.pytorch.loggers import CSVLogger, Logger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from data.atomic import atomic_write
@@ -28,6 +29,7 @@ from training.checkpoints import plan_checkpoints
 from training.module import TranslationModule
 from training.plots import plot_learning_curve
 from training.precision import PrecisionChoice, choose_precision
+from training.preemption import Preempted, PreemptionCheckpoint
 from transformer.mechanisms import AttentionConfig
 
 logger = logging.getLogger(__name__)
@@ -221,6 +223,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         LearningRateMonitor(logging_interval="step"),
         InferenceFields(_inference_fields(datamodule, cfg.data.src_lang, cfg.data.tgt_lang)),
     ]
+    preemption = PreemptionCheckpoint(ckpt_dir)
+    if cfg.train:
+        callbacks.append(preemption)
     loggers = make_loggers(cfg, output_dir)
     if len(loggers) > 1:
         callbacks.append(AttentionImage(index=0))
@@ -246,7 +251,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     if cfg.train:
         if ckpt_path:
             logger.info("resuming from %s", ckpt_path)
-        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+        try:
+            trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+        except SIGTERMException as stop:  # SIGTERM or SIGUSR1: last.ckpt is saved (training/preemption.py)
+            preempted = stop if isinstance(stop, Preempted) else preemption.preempted(trainer)
+            logger.warning("%s", preempted)
+            raise preempted from None
     if cfg.train and not cfg.trainer.get("fast_dev_run"):
         paths = plan.to_average()
         if paths and trainer.is_global_zero:
