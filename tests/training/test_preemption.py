@@ -3,6 +3,7 @@ run resumed with ``ckpt_path=last`` continues from the update the signal arrived
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -47,6 +48,9 @@ def test_a_signalled_run_saves_last_and_a_resumed_run_continues_from_it(tmp_path
     saved = torch.load(runs / "pre" / "a" / "checkpoints" / "last.ckpt", weights_only=True)
     trained = _records(log)
     assert 3 <= saved["global_step"] == len(trained) < MAX_STEPS  # saved at the update it stopped at
+    results = json.loads((runs / "pre" / "a" / "results.json").read_text())
+    assert results["ending"] == "preempted" and results["ending_update"] == saved["global_step"]
+    assert signal.Signals(signum).name in results["ending_detail"] and "last.ckpt" in results["ending_detail"]
 
     resumed_log = tmp_path / "resumed.log"
     resumed = _start(
