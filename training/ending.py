@@ -5,7 +5,7 @@
 - ``ending``: ``"finished"`` (the step or epoch limit reached), ``"stopped early"`` (early
   stopping on validation BLEU, or ``trainer.max_time``), ``"preempted"`` (SIGTERM or SIGUSR1,
   :mod:`training.preemption`) or ``"failed"`` (an exception);
-- ``ending_update``: the optimizer update the run ended at (``trainer.global_step``);
+- ``ending_update``: the optimizer updates made when the run ended (``trainer.global_step``);
 - ``ending_detail``: why, in one line: the limit, the early-stopping message, the signal and the
   checkpoint saved, or the exception's type and the first line of its message.
 """
@@ -32,7 +32,7 @@ class Ending:
 
     Attributes:
         status: one of :data:`FINISHED`, :data:`STOPPED_EARLY`, :data:`PREEMPTED`, :data:`FAILED`.
-        update: the optimizer update it ended at (0 before training began).
+        update: the optimizer updates made when it ended (0 before training began).
         detail: why, in one line.
     """
 

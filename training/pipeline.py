@@ -32,6 +32,7 @@ from training.plots import plot_learning_curve
 from training.precision import PrecisionChoice, choose_precision
 from training.preemption import Preempted, PreemptionCheckpoint
 from training.progress import ProgressBar, RunProgress
+from training.ranks import RankWatch, ddp_strategy
 from transformer.mechanisms import AttentionConfig
 
 logger = logging.getLogger(__name__)
@@ -287,8 +288,14 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
         budget_s = max_time_seconds(max_time if isinstance(max_time, str) else _to_plain_dict(max_time))
         warmup, average = int(cfg.optimizer.warmup_steps), int(cfg.average_last)
         callbacks.append(TimeBudgetCheck(budget_s, warmup, average, cfg.checkpoint.every_n_updates))
+    trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
+    ddp_timeout = trainer_cfg.pop("ddp_timeout", None)  # ours, not a Trainer argument
+    strategy = ddp_strategy(trainer_cfg.get("strategy", "auto"), ddp_timeout)
+    if ddp_timeout is not None and strategy != "auto":
+        callbacks.append(RankWatch(float(ddp_timeout)))
     trainer: L.Trainer = instantiate(
-        cfg.trainer,
+        trainer_cfg,
+        strategy=strategy,
         callbacks=callbacks,
         logger=loggers,
         default_root_dir=str(output_dir),
