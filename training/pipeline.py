@@ -17,6 +17,7 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping, LearningRateMon
 from lightning.pytorch.loggers import CSVLogger, Logger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from data.atomic import atomic_write
@@ -25,9 +26,13 @@ from training.attention_image import AttentionImage
 from training.averaging import average_checkpoints
 from training.budget import TimeBudgetCheck, max_time_seconds
 from training.checkpoints import plan_checkpoints
+from training.ending import FAILED, FINISHED, Ending, ending_after_fit, ending_of_exception
 from training.module import TranslationModule
 from training.plots import plot_learning_curve
 from training.precision import PrecisionChoice, choose_precision
+from training.preemption import Preempted, PreemptionCheckpoint
+from training.progress import ProgressBar, RunProgress
+from training.ranks import RankWatch, ddp_strategy
 from transformer.mechanisms import AttentionConfig
 
 logger = logging.getLogger(__name__)
@@ -160,20 +165,64 @@ def early_stopping(patience: int, min_delta: float) -> EarlyStopping:
     )
 
 
+class RunRecord:
+    """What ``results.json`` holds, filled in as the run goes, and written however it ends.
+
+    Attributes:
+        output_dir: the run directory.
+        trainer: the run's Trainer once made (its metrics and update go into the file).
+        fields: the precision chosen and why, once chosen.
+    """
+
+    def __init__(self, output_dir: Path) -> None:
+        self.output_dir = output_dir
+        self.trainer: L.Trainer | None = None
+        self.fields: dict[str, Any] = {}
+
+    def metrics(self) -> dict[str, Any]:
+        """The trainer's latest metrics (validation, test) as floats; none before training."""
+        if self.trainer is None:
+            return {}
+        return {k: float(v) for k, v in self.trainer.callback_metrics.items()}
+
+    def write(self, results: dict[str, Any], ending: Ending) -> dict[str, Any]:
+        """Writes ``results.json`` (rank zero only) with the ending; returns what was written."""
+        results = {**results, **self.fields, **ending.as_results()}
+        if rank_zero_only.rank == 0:
+            text = json.dumps(results, indent=2, sort_keys=True) + "\n"
+            (self.output_dir / "results.json").write_text(text)
+        return results
+
+
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Fits, optionally averages checkpoints, tests; returns the final metrics.
 
     Writes into ``cfg.paths.output_dir``: ``config.yaml``, ``checkpoints/``, ``logs/metrics.csv``,
     ``tensorboard/`` (with the default logger), ``tokenizer/``, ``test.<tgt>.hyp``, ``results.json``
     and ``learning_curve.png``. With ``train=false`` the test stage uses the weights of ``ckpt_path``.
+    ``results.json`` is written however the run ends, saying how (:mod:`training.ending`): a
+    failed or preempted run writes it, then raises on.
     """
+    output_dir = Path(cfg.paths.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    record = RunRecord(output_dir)
+    try:
+        return _train(cfg, output_dir, record)
+    except BaseException as err:
+        ending = ending_of_exception(err, record.trainer)
+        record.write(record.metrics(), ending)
+        if ending.status == FAILED:
+            logger.error("run failed at update %d: %s", ending.update, ending.detail)
+        raise
+
+
+def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, Any]:
     # The attention mechanisms are checked before anything is written or the data prepared: a role
     # a mechanism cannot do is refused at once, naming it (transformer/mechanisms.py).
     attention = AttentionConfig.from_dict(_to_plain_dict(cfg.model.get("attention") or DictConfig({})))
     attention.check_dropout(cfg.model.get("attention_dropout", 0.0))
-    output_dir = Path(cfg.paths.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
     precision = resolve_precision(cfg)
+    record.fields.update(precision=precision.precision, precision_reason=precision.reason)
     (output_dir / "config.yaml").write_text(
         f"# trainer.precision: {precision.requested} -> {precision.precision}: {precision.reason}\n"
         + OmegaConf.to_yaml(cfg, resolve=True)
@@ -221,6 +270,13 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         LearningRateMonitor(logging_interval="step"),
         InferenceFields(_inference_fields(datamodule, cfg.data.src_lang, cfg.data.tgt_lang)),
     ]
+    progress = RunProgress(pad_id=module.pad_id)
+    callbacks.append(progress)
+    if cfg.trainer.get("enable_progress_bar", True):
+        callbacks.append(ProgressBar(progress))
+    preemption = PreemptionCheckpoint(ckpt_dir)
+    if cfg.train:
+        callbacks.append(preemption)
     loggers = make_loggers(cfg, output_dir)
     if len(loggers) > 1:
         callbacks.append(AttentionImage(index=0))
@@ -232,8 +288,14 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         budget_s = max_time_seconds(max_time if isinstance(max_time, str) else _to_plain_dict(max_time))
         warmup, average = int(cfg.optimizer.warmup_steps), int(cfg.average_last)
         callbacks.append(TimeBudgetCheck(budget_s, warmup, average, cfg.checkpoint.every_n_updates))
+    trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
+    ddp_timeout = trainer_cfg.pop("ddp_timeout", None)  # ours, not a Trainer argument
+    strategy = ddp_strategy(trainer_cfg.get("strategy", "auto"), ddp_timeout)
+    if ddp_timeout is not None and strategy != "auto":
+        callbacks.append(RankWatch(float(ddp_timeout)))
     trainer: L.Trainer = instantiate(
-        cfg.trainer,
+        trainer_cfg,
+        strategy=strategy,
         callbacks=callbacks,
         logger=loggers,
         default_root_dir=str(output_dir),
@@ -241,12 +303,18 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         plugins=[AtomicCheckpointIO()],
         **plan.trainer_args,
     )
+    record.trainer = trainer
 
     test_ckpt = ckpt_path  # without training, test the given checkpoint
     if cfg.train:
         if ckpt_path:
             logger.info("resuming from %s", ckpt_path)
-        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+        try:
+            trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+        except SIGTERMException as stop:  # SIGTERM or SIGUSR1: last.ckpt is saved (training/preemption.py)
+            preempted = stop if isinstance(stop, Preempted) else preemption.preempted(trainer)
+            logger.warning("%s", preempted)
+            raise preempted from None
     if cfg.train and not cfg.trainer.get("fast_dev_run"):
         paths = plan.to_average()
         if paths and trainer.is_global_zero:
@@ -258,13 +326,16 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             "averaged": str(ckpt_dir / "averaged.ckpt"),
         }[cfg.test_ckpt] or None
 
-    results: dict[str, Any] = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    if cfg.train:
+        ending = ending_after_fit(trainer)
+    else:
+        ending = Ending(FINISHED, trainer.global_step, f"tested {ckpt_path} (train=false)")
+    logger.info("run %s at update %d: %s", ending.status, ending.update, ending.detail)
+    results = record.metrics()
     if cfg.test:
         trainer.test(module, datamodule=datamodule, ckpt_path=test_ckpt, weights_only=True)
-        results.update({k: float(v) for k, v in trainer.callback_metrics.items()})
-    results.update(precision=precision.precision, precision_reason=precision.reason)
-    if trainer.is_global_zero:
-        (output_dir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+        results.update(record.metrics())
+    results = record.write(results, ending)
     metrics_csv = output_dir / "logs" / "metrics.csv"
     if cfg.plot and trainer.is_global_zero and metrics_csv.is_file():
         plot_learning_curve(metrics_csv, output_dir / "learning_curve.png", title=cfg.name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import logging
 from pathlib import Path
 
@@ -79,6 +80,9 @@ def test_too_many_nonfinite_updates_in_a_row_stop_naming_step_batch_checkpoint(t
     assert f"the last good checkpoint is {last}" in message
     ckpt = torch.load(last, weights_only=True)
     assert ckpt["global_step"] == 4 and _finite(ckpt["state_dict"])
+    results = json.loads((tmp_path / "run" / "results.json").read_text())  # written, then raised
+    assert results["ending"] == "failed" and results["ending_update"] == 7  # the 8th raised
+    assert results["ending_detail"].startswith("NonFiniteError: ")
 
 
 def test_guard_refuses_a_limit_below_one():

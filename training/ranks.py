@@ -1,0 +1,105 @@
+"""DDP processes that wait for each other at most ``trainer.ddp_timeout``, and say who is missing.
+
+Under DDP a rank that hangs (a stuck data loader, a deadlocked kernel) or dies leaves the others
+waiting in the next collective, the gradient all-reduce, for the process group's timeout (30
+minutes by default, then an error that names no rank), or forever. Two things make it short and
+named:
+
+- the process group's timeout is ``trainer.ddp_timeout`` (:func:`ddp_strategy`, Lightning's
+  ``DDPStrategy(timeout=...)``): every collective gives up after it;
+- before every backward pass (where the gradient all-reduce follows), :class:`RankWatch` meets
+  the other ranks at ``torch.distributed.monitored_barrier`` on a gloo group of its own, which
+  after ``ddp_timeout`` raises naming the ranks that did not arrive. It then raises
+  :class:`RankTimeoutError` naming them and the update, and ends the processes Lightning started
+  (the hung one would otherwise hold its device). A rank that raised instead has its traceback
+  in the log, and the others stop when its connection closes.
+
+The barrier costs one small gloo round trip per batch (a fraction of a millisecond on one node).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import signal
+from datetime import timedelta
+from typing import Any
+
+import lightning as L
+import torch.distributed as dist
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.strategies import DDPStrategy
+from torch import Tensor
+
+logger = logging.getLogger(__name__)
+
+
+class RankTimeoutError(RuntimeError):
+    """Ranks did not reach the barrier before a backward pass within ``trainer.ddp_timeout``."""
+
+
+def ddp_strategy(strategy: Any, timeout_s: float | None) -> Any:
+    """``strategy``, with ``"ddp"`` made Lightning's ``DDPStrategy`` with a ``timeout_s`` process group.
+
+    Raises:
+        ValueError: a ``timeout_s`` that is not positive.
+    """
+    if timeout_s is None or strategy != "ddp":
+        return strategy
+    if timeout_s <= 0:
+        raise ValueError(f"trainer.ddp_timeout must be a positive number of seconds, not {timeout_s}")
+    return DDPStrategy(timeout=timedelta(seconds=timeout_s))
+
+
+def missing_ranks(message: str) -> list[int]:
+    """The ranks a ``monitored_barrier`` error names (``Rank 1 ...``, ``Ranks 1, 3 ...``), else []."""
+    found = re.search(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier", message)
+    return [int(r) for r in found.group(1).replace(" ", "").split(",") if r] if found else []
+
+
+class RankWatch(Callback):
+    """Meets every rank before each backward pass; names the missing ones after ``timeout_s``.
+
+    Args:
+        timeout_s: how long a rank waits for the others (``trainer.ddp_timeout``).
+    """
+
+    def __init__(self, timeout_s: float) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"trainer.ddp_timeout must be a positive number of seconds, not {timeout_s}")
+        self.timeout = timedelta(seconds=timeout_s)
+        self.group: Any = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.group is None and dist.is_available() and dist.is_initialized() and trainer.world_size > 1:
+            # monitored_barrier is gloo's alone; its own group also works beside NCCL on GPUs.
+            self.group = dist.new_group(backend="gloo", timeout=self.timeout)
+
+    def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: Tensor) -> None:
+        if self.group is None:
+            return
+        update = trainer.global_step + 1  # the update this backward pass belongs to, counted from 1
+        try:
+            dist.monitored_barrier(group=self.group, timeout=self.timeout, wait_all_ranks=True)
+        except RuntimeError as err:
+            raise self._failure(trainer, update, err) from err
+
+    def _failure(self, trainer: L.Trainer, update: int, err: RuntimeError) -> RankTimeoutError:
+        seconds = f"{self.timeout.total_seconds():g} s"
+        ranks = missing_ranks(str(err))
+        if ranks:
+            who = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} did not arrive"
+        else:  # a non-zero rank learns only that rank 0, which checks the others, is gone
+            who = "rank 0 (which waits for the others) did not answer"
+        said = str(err).strip().splitlines()
+        message = (
+            f"update {update}, epoch {trainer.current_epoch}: rank {trainer.global_rank} waited for the"
+            f" other processes before the backward pass and {who} within trainer.ddp_timeout={seconds}:"
+            " a rank hangs or has failed (a failed rank's error is in the log above)."
+            f" torch.distributed: {said[0] if said else type(err).__name__}"
+        )
+        logger.error("%s", message)
+        kill = getattr(trainer.strategy.launcher, "kill", None)
+        if kill is not None and trainer.global_rank == 0:  # ends the processes Lightning started
+            kill(signal.SIGKILL)
+        return RankTimeoutError(message)
