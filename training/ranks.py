@@ -14,7 +14,8 @@ named:
   (the hung one would otherwise hold its device). A rank that raised instead has its traceback
   in the log, and the others stop when its connection closes.
 
-The barrier costs one small gloo round trip per batch (a fraction of a millisecond on one node).
+The barrier costs one small gloo round trip per batch, on the CPU beside the GPUs' NCCL; what
+that costs a step on a multi-GPU node is not measured yet (it needs two GPUs or more).
 """
 
 from __future__ import annotations
