@@ -361,8 +361,9 @@ def main() -> None:
         "heads": args.heads,
         "batch": 1,
         "mechanism_settings": "AttentionConfig defaults; linformer max_length = max(length, 1024)",
-        "timing": f"median of up to {args.repeats} forward + backward calls after one warm-up",
-        "memory": "child's /proc/self/status VmHWM at the end minus its VmRSS after imports (MiB)",
+        "timing": f"median of {args.repeats} or more forward + backward calls (more while under 0.5 s, fewer "
+        "past a third of the timeout) after one warm-up",
+        "memory": "child's /proc/self/status VmHWM at the end minus its VmRSS after imports and inputs (MiB)",
         "timeout_s": args.timeout,
         "memory_limit_gib": args.memory_limit,
     }
