@@ -252,7 +252,10 @@ def report(results: list[dict], lengths: list[int]) -> dict:
                 ),
                 None,
             )
-            crossover.append([name, first if first else "never (in the lengths run)"])
+            refused = all(by[(name, n)]["status"] == "refused" for n in lengths if (name, n) in by)
+            crossover.append(
+                [name, first if first else "refused" if refused else "never (in the lengths run)"]
+            )
         print("faster than SDPA from this length on (and at every longer length that ran):")
         print_table(["mechanism", "length"], crossover)
         targets = []
@@ -260,6 +263,9 @@ def report(results: list[dict], lengths: list[int]) -> dict:
             for name, (speed_target, mem_target) in TARGETS_4K.items():
                 r = by.get((name, 4096))
                 if r is None:
+                    continue
+                if r["status"] == "refused":
+                    targets.append([name, "4K", "any", "refused", "n/a (role not supported)"])
                     continue
                 met_speed = r["status"] == "ok" and r["speed_vs_sdpa"] >= speed_target
                 row = [name, "4K", f"≥ {speed_target:g}x SDPA", r.get("speed_vs_sdpa", r["status"])]
@@ -270,7 +276,7 @@ def report(results: list[dict], lengths: list[int]) -> dict:
                     targets.append([*row, "met" if met_mem else "not met"])
             for name in names:
                 r = by.get((name, 16384))
-                if name in QUADRATIC or r is None:
+                if name in QUADRATIC or r is None or r["status"] == "refused":
                     continue
                 met = r["status"] == "ok" and r["speed_vs_sdpa"] >= TARGET_16K
                 speed = r.get("speed_vs_sdpa", r["status"])
@@ -335,8 +341,17 @@ def main() -> None:
     parser.add_argument("--memory-limit", type=float, default=16.0, help="GiB of address space per child")
     parser.add_argument("--plot", default=str(ROOT / "docs" / "attention_scaling.png"), help="PNG ('' none)")
     parser.add_argument("--json", default="attention_scaling", help="results file: bench/results/<name>.json")
+    parser.add_argument("--from-json", nargs="+", help="only print the tables (and plot) of these results")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+
+    if args.from_json:  # several runs' results together, e.g. the roles or scopes run one by one
+        results = [r for path in args.from_json for r in json.loads(Path(path).read_text())["results"]]
+        lengths = sorted({r["length"] for r in results})
+        report(results, lengths)
+        if args.plot:
+            plot(results, Path(args.plot), lengths)
+        return
 
     if args.child:
         print(json.dumps(run_child(json.loads(args.child))), flush=True)
