@@ -36,6 +36,7 @@ import resource
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -178,8 +179,10 @@ def run_config(spec: dict, memory_limit_gib: float) -> dict:
 
     command = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(spec["threads"])}
+    # Files, not pipes: a child writing more than a pipe holds would block while it is polled.
+    stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
     start = time.perf_counter()
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=cap)
+    proc = subprocess.Popen(command, env=env, stdout=stdout, stderr=stderr, preexec_fn=cap)
     status, usage = 0, None
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -190,8 +193,9 @@ def run_config(spec: dict, memory_limit_gib: float) -> dict:
             _, status, usage = os.wait4(proc.pid, 0)
             return {"status": "timeout", "why": f"over {spec['timeout']} s", "ru_maxrss_mib": None}
         time.sleep(0.05)
-    out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
-    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    stdout.seek(0)
+    stderr.seek(0)
+    out, err = stdout.read().decode(errors="replace"), stderr.read().decode(errors="replace")
     code = os.waitstatus_to_exitcode(status)
     maxrss = usage.ru_maxrss / 1024
     if code == -signal.SIGKILL:
