@@ -1,0 +1,178 @@
+"""Step-by-step decoding through one decoder self-attention layer: time per step as the state grows.
+
+    python bench/attention_decoding.py
+    python bench/attention_decoding.py --steps 4096 --mechanisms softmax linear performer local
+
+Issue 23, item 3. One ``MultiHeadAttention`` layer (``--d-model`` 512, ``--heads`` 8 of 64, batch
+1, inference mode) decodes ``--steps`` steps greedily: each step feeds one position, the layer's
+output (layer-normalised) being the next step's input, through the mechanism's own decoding state
+(``mechanism.new_state``: ``KVCache`` for softmax, the RNN state (S, Z) for linear and Performer,
+the window cache for local). Per mechanism: the mean time of the first and last 10% of the steps
+and their ratio (the issue's target: last / first ≤ 1.2 for the constant-state mechanisms;
+softmax's grows with the cache), beside the same ratio of the analytic FLOPs of a step; the
+state's bytes (the tensors it holds, storage allocated) at the first and last step; the total time
+and FLOPs as ratios to softmax's.
+
+Not a test: the figures depend on the machine. Results: BENCHMARKS.md, "Attention mechanisms".
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as `python bench/x.py` without installing the project
+    sys.path.insert(0, str(ROOT))
+
+from bench.common import environment, print_config, print_table, set_threads, write_json  # noqa: E402
+
+MECHANISMS = ("softmax", "linear", "performer", "local")
+
+
+def state_bytes(state: object) -> int:
+    """Bytes of the tensors a decoding state holds (each storage once, as allocated)."""
+    import torch
+
+    seen, total = set(), 0
+    for value in vars(state).values():
+        if isinstance(value, torch.Tensor):
+            storage = value.untyped_storage()
+            if storage.data_ptr() not in seen:
+                seen.add(storage.data_ptr())
+                total += storage.nbytes()
+    return total
+
+
+def step_flops(name: str, t: int, d_model: int, heads: int, cfg) -> float:
+    """Multiply-adds x 2 of decoding step ``t`` (1-based): projections plus the mechanism's core."""
+    d_head = d_model // heads
+    projections = 2 * 4 * d_model * d_model  # Q, K, V and the output, one position
+    if name == "softmax":
+        core = 2 * 2 * t * d_model  # q·k over t keys and the weighted sum of t values, every head
+    elif name == "linear":
+        core = 2 * 3 * d_head * d_model  # S += φ(k)vᵀ, φ(q)ᵀS, φ(q)·Z  (m = d_head features)
+    elif name == "performer":
+        m = cfg.features
+        core = 2 * 3 * m * d_model + 2 * 2 * d_head * m * heads  # as linear with m, plus φ(q), φ(k)
+    elif name == "local":
+        core = 2 * 2 * min(t, cfg.window) * d_model  # softmax over the last `window` positions
+    else:
+        raise ValueError(name)
+    return projections + core
+
+
+def decode(name: str, steps: int, d_model: int, heads: int) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    from transformer.attention import MultiHeadAttention
+    from transformer.mechanisms import AttentionConfig, build_mechanism
+
+    torch.manual_seed(0)
+    cfg = AttentionConfig(decoder_self=name)
+    layer = MultiHeadAttention(
+        d_model, heads, mechanism=build_mechanism("decoder_self", cfg, d_model // heads, 0.0)
+    ).eval()
+    times, state_sizes = [], []
+    with torch.inference_mode():
+        state = layer.mechanism.new_state(steps)
+        x = torch.randn(1, 1, d_model)
+        for _ in range(steps):
+            start = time.perf_counter()
+            out, _ = layer.self_attention(x, causal=True, cache=state)
+            x = F.layer_norm(out, (d_model,))
+            times.append(time.perf_counter() - start)
+            state_sizes.append(state_bytes(state))
+    tenth = max(1, steps // 10)
+    first, last = sum(times[:tenth]) / tenth, sum(times[-tenth:]) / tenth
+    flops = [step_flops(name, t, d_model, heads, cfg) for t in range(1, steps + 1)]
+    flop_first, flop_last = sum(flops[:tenth]) / tenth, sum(flops[-tenth:]) / tenth
+    return {
+        "first_ms": first * 1e3,
+        "last_ms": last * 1e3,
+        "last_over_first": last / first,
+        "flop_last_over_first": flop_last / flop_first,
+        "state_first_bytes": state_sizes[0],
+        "state_last_bytes": state_sizes[-1],
+        "total_s": sum(times),
+        "total_flops": sum(flops),
+        "step_ms": [s * 1e3 for s in times],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=4096, help="decoding steps")
+    parser.add_argument("--mechanisms", nargs="+", default=list(MECHANISMS), choices=list(MECHANISMS))
+    parser.add_argument("--d-model", type=int, default=512, help="model width")
+    parser.add_argument("--heads", type=int, default=8, help="attention heads")
+    parser.add_argument("--threads", type=int, default=2, help="intra-op threads")
+    parser.add_argument(
+        "--json", default="attention_decoding", help="results file: bench/results/<name>.json"
+    )
+    args = parser.parse_args()
+
+    set_threads(args.threads)
+    config = {
+        **environment(args.threads),
+        "command": " ".join(["python", "bench/attention_decoding.py", *sys.argv[1:]]),
+        "steps": args.steps,
+        "mechanisms": args.mechanisms,
+        "d_model": args.d_model,
+        "heads": args.heads,
+        "batch": 1,
+        "what": "one MultiHeadAttention layer, causal self-attention, one position per step, fp32, "
+        "inference mode, the mechanism's own state (AttentionConfig defaults)",
+        "first/last": f"mean of the first and last {max(1, args.steps // 10)} steps",
+    }
+    print_config("attention decoding", config)
+    results = {}
+    for name in args.mechanisms:
+        results[name] = decode(name, args.steps, args.d_model, args.heads)
+        r = results[name]
+        print(f"  {name}: {r['total_s']:.2f} s, last/first {r['last_over_first']:.2f}", flush=True)
+    base = results.get("softmax")
+    rows = []
+    for name, r in results.items():
+        total_ratio = r["total_s"] / base["total_s"] if base else float("nan")
+        flop_ratio = r["total_flops"] / base["total_flops"] if base else float("nan")
+        rows.append(
+            [
+                name,
+                r["first_ms"],
+                r["last_ms"],
+                r["last_over_first"],
+                r["flop_last_over_first"],
+                r["state_first_bytes"] / 1024,
+                r["state_last_bytes"] / 1024,
+                r["total_s"],
+                total_ratio,
+                flop_ratio,
+                "met" if r["last_over_first"] <= 1.2 else "not met",
+            ]
+        )
+    print()
+    print_table(
+        [
+            "mechanism",
+            "first 10% ms/step",
+            "last 10% ms/step",
+            "last/first",
+            "FLOPs last/first",
+            "state KiB first",
+            "state KiB last",
+            "total s",
+            "total vs softmax",
+            "FLOPs vs softmax",
+            "last/first ≤ 1.2",
+        ],
+        rows,
+    )
+    write_json(args.json, {"config": config, "results": results})
+
+
+if __name__ == "__main__":
+    main()
