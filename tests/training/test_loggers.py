@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -105,3 +106,4 @@ def test_mlflow_logs_to_a_local_store_when_installed(toy, tmp_path):
     client = mlflow.MlflowClient(cfg.logger.tracking_uri)
     runs = client.search_runs([client.get_experiment_by_name(cfg.name).experiment_id])
     assert len(runs) == 1 and "train/loss" in runs[0].data.metrics
+    assert not (Path.cwd() / "mlruns").exists()  # nothing outside the run directory
