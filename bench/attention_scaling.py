@@ -38,11 +38,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python bench/x.py` without installing the project
     sys.path.insert(0, str(ROOT))
+
+if TYPE_CHECKING:  # torch is imported where it is used (the parent stays small)
+    from torch import Tensor, nn
 
 from bench.common import (  # noqa: E402
     environment,
@@ -122,6 +127,21 @@ def run_child(spec: dict) -> dict:
         def call():
             return module(*inputs, None, causal, None, False)[0]
 
+    return measure(module, inputs, call, spec)
+
+
+def measure(module: nn.Module, inputs: list[Tensor], call: Callable[[], Tensor], spec: dict) -> dict:
+    """Forward + backward of ``call()`` in this process (a child): the result's dict.
+
+    A warm-up call, then ``spec["repeats"]`` or more timed calls (more while under 0.5 s, fewer
+    past a third of ``spec["timeout"]``), each against the same random output gradient, under
+    bf16 autocast where ``spec["precision"]`` says so. ``module``'s parameters and ``inputs``
+    (the leaves) have their gradients reset before each call. Peak memory: VmHWM at the end
+    minus VmRSS now (after imports, the module and the inputs). Running out of memory is
+    reported as ``OOM``; an error naming a setting the mechanism refuses as ``refused``.
+    """
+    import torch
+
     module.train()
     grad = None
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=spec["precision"] == "bf16")
@@ -169,15 +189,20 @@ def run_child(spec: dict) -> dict:
 # ------------------------------------------------------------------------------------ the parent
 
 
-def run_config(spec: dict, memory_limit_gib: float) -> dict:
-    """``spec`` in a child process, with the time limit and the address-space cap."""
+def run_config(spec: dict, memory_limit_gib: float, script: Path | None = None) -> dict:
+    """``spec`` in a child process, with the time limit and the address-space cap.
+
+    The child is ``script --child <spec as JSON>`` (this script unless another is given), which
+    prints its result's dict as JSON on its last line starting with ``{``.
+    """
     limit = int(memory_limit_gib * 2**30)
 
     def cap() -> None:
         if limit > 0:
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
+    script = Path(__file__) if script is None else script
+    command = [sys.executable, str(script.resolve()), "--child", json.dumps(spec)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(spec["threads"])}
     # Files, not pipes: a child writing more than a pipe holds would block while it is polled.
     stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()

@@ -1,0 +1,511 @@
+"""Our attention mechanisms against lucidrains' implementations: time and peak memory against length.
+
+    python bench/attention_reference.py
+    python bench/attention_reference.py --lengths 256 1024 --pairs local lsh --roles encoder --scopes layer
+
+Issue 23, item 2: "the same layer, shapes and settings" in ``performer-pytorch``, ``linformer``,
+``nystrom-attention``, ``local-attention`` and ``reformer-pytorch`` (the ``bench`` extra, never a
+runtime dependency). At d_model 512 (``--d-model``), 8 heads of 64 (``--heads``), batch 1, fp32,
+a forward + backward pass of each pair is timed in two scopes: ``layer``, the whole attention
+layer with its projections (ours: ``MultiHeadAttention`` around the mechanism), and ``core``,
+projected Q, K, V [1, heads, n, 64] to the heads' output, where their package exposes that
+part on its own (``FastAttention``, ``LocalAttention``, reformer's ``LSHAttention``; Linformer
+and Nyström project inside their layer's ``forward``, so layer only). Roles: ``encoder``
+(non-causal) for every pair, ``decoder`` (causal) where both implementations have it
+(Performer, local, LSH). Each configuration runs in its own child process through
+``bench/attention_scaling.py``'s machinery (``run_config``: a time limit, an address-space cap,
+``OOM`` and ``timeout`` reported, not dropped; ``measure``: the timing loop, peak memory as the
+child's VmHWM minus its VmRSS after building the module and inputs).
+
+Theirs are configured with our defaults (``AttentionConfig``), mapped to their nearest setting;
+the tests say where the outputs are equal and why not elsewhere:
+
+* performer: ours ``features`` 256 (FAVOR+, orthogonal rows with chi(d) lengths, redrawn every
+  ``redraw_interval`` 1000 training calls) = theirs ``FastAttention(nb_features=256,
+  ortho_scaling=0)``, in the layer ``SelfAttention(qkv_bias=True)`` (ours has biases). Not the
+  same: theirs adds 1e-4 to every random feature (ours 1e-6 to the normaliser) and stabilises
+  the keys by their largest exponent over all positions; its redraw is the ``Performer``
+  model's, not the layer's (none happens in a benchmark). Causal: their CPU path
+  (``causal_linear_attention_noncuda``) cuts the sequence into 128 pieces and keeps every
+  position's [m, d] prefix sum, O(n·m·d) memory; ours keeps one per chunk of 64 positions.
+* linformer: ours ``projected_length`` 64, E and F shared by the heads, ``max_length`` raised to
+  max(n, 1024) = theirs ``LinformerSelfAttention(k=64, seq_len=max(n, 1024))``. The same
+  (E = their ``proj_k``ᵀ); their Q, K, V projections have no bias.
+* nystrom: ours ``landmarks`` 64, 6 pseudo-inverse steps, no convolution = theirs
+  ``NystromAttention(num_landmarks=64, pinv_iterations=6, residual=False)``. The same at lengths
+  that are multiples of 64, except the pseudo-inverse's starting scale (each head's own norms
+  here, the largest over the batch and heads there); their Q, K, V projections have no bias.
+* local: ours ``window`` 32, |i − j| < 32 (causal 0 ≤ i − j < 32) on blocks of 32 = theirs
+  ``LocalAttention(window_size=31, exact_windowsize=True, autopad=True)`` looking one block back
+  (and one forward unless causal), without the rotary embedding; in the layer ``LocalMHA`` (no
+  biases). The same positions, on blocks of 31 (a length that is not a multiple is padded, ~9%
+  more at 256; without a mask their last positions then attend to the padding).
+* lsh: ours ``buckets`` 8, ``rounds`` 2, ``chunk_length`` 64 sorted positions back and forward,
+  same-bucket keys only, duplicates counted = theirs ``LSHSelfAttention(bucket_size=64,
+  n_hashes=2, attend_across_buckets=False, allow_duplicate_attention=False)`` (its core:
+  reformer's ``LSHAttention``). Not the same: their bucket count is n / 64 (not a setting: 4 at
+  256, 256 at 16K), their rotations are drawn afresh at every call, and a chunk sees itself and
+  the chunk before (64 × 128 scores a chunk per round) where ours slides over 64 positions each
+  way (64 × 192; causal 64 × 128). Lengths must be multiples of 128 there.
+
+Ratios: "speed" = their time / ours (≥ 1.0: ours is at least as fast), "memory" = ours / theirs
+(≤ 1.0: ours needs at most as much), at every length both ran. Not a test: the figures depend on
+the machine. The plot (``--plot``, the ``--plot-scope`` scope): time and memory against length,
+log-log, a row per role, ours solid, theirs dashed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch and the model are imported where they are used (the parent stays small)
+    from torch import Tensor, nn
+
+    from transformer.mechanisms import AttentionConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as `python bench/x.py` without installing the project
+    sys.path.insert(0, str(ROOT))
+
+from bench.attention_scaling import measure, run_config  # noqa: E402
+from bench.common import environment, print_config, print_table, set_threads, version, write_json  # noqa: E402
+
+# pair -> (the PyPI package of theirs, its import name)
+PACKAGES = {
+    "performer": ("performer-pytorch", "performer_pytorch"),
+    "linformer": ("linformer", "linformer"),
+    "nystrom": ("nystrom-attention", "nystrom_attention"),
+    "local": ("local-attention", "local_attention"),
+    "lsh": ("reformer-pytorch", "reformer_pytorch"),
+}
+PAIRS = tuple(PACKAGES)
+CAUSAL = ("performer", "local", "lsh")  # both implementations have a causal form
+CORES = ("performer", "local", "lsh")  # their package exposes the core apart from the layer
+ROLES = {"encoder": "encoder_self", "decoder": "decoder_self"}
+LENGTHS = (256, 1024, 4096, 16384)
+
+
+def missing_packages(pairs: list[str] | tuple[str, ...] = PAIRS) -> list[str]:
+    """The PyPI names of the reference packages of ``pairs`` that are not installed."""
+    return [PACKAGES[p][0] for p in pairs if importlib.util.find_spec(PACKAGES[p][1]) is None]
+
+
+# ----------------------------------------------------------------------- the two implementations
+
+
+def our_mechanism(pair: str, cfg: AttentionConfig, d_head: int, causal: bool, length: int) -> nn.Module:
+    """Our mechanism ``pair`` with ``cfg``'s settings (linformer's ``max_length`` raised to ``length``)."""
+    from dataclasses import replace
+
+    from transformer.mechanisms import build_mechanism
+
+    role = ROLES["decoder" if causal else "encoder"]
+    cfg = replace(cfg, **{role: pair}, max_length=max(length, cfg.max_length))
+    return build_mechanism(role, cfg, d_head, 0.0)
+
+
+def our_layer(
+    pair: str, cfg: AttentionConfig, d_model: int, heads: int, causal: bool, length: int
+) -> nn.Module:
+    """``MultiHeadAttention`` around our mechanism ``pair``: ``layer.self_attention(x, causal=causal)``."""
+    from transformer.attention import MultiHeadAttention
+
+    mechanism = our_mechanism(pair, cfg, d_model // heads, causal, length)
+    return MultiHeadAttention(d_model, heads, mechanism=mechanism)
+
+
+def check_length(pair: str, cfg: AttentionConfig, length: int) -> None:
+    """Refuses (ValueError) a length that their implementation cannot run."""
+    if pair == "lsh" and length % (2 * cfg.chunk_length):
+        raise ValueError(f"reformer's LSHAttention cannot run {length}: a multiple of 2 x bucket_size needed")
+
+
+def reference_core(pair: str, cfg: AttentionConfig, d_head: int, causal: bool) -> nn.Module:
+    """Their core for ``pair`` with our settings, called as ``core(q, k, v)`` on [B, H, n, d_head]."""
+    if pair == "performer":
+        from performer_pytorch import FastAttention
+
+        return FastAttention(d_head, nb_features=cfg.features, ortho_scaling=0, causal=causal)
+    if pair == "local":
+        from local_attention import LocalAttention
+
+        return LocalAttention(
+            window_size=cfg.window - 1,  # with exact_windowsize: |i - j| <= window_size
+            causal=causal,
+            look_backward=1,
+            look_forward=0 if causal else 1,
+            exact_windowsize=True,
+            autopad=True,
+        )
+    if pair == "lsh":
+        from reformer_pytorch.reformer_pytorch import LSHAttention
+        from torch import nn
+
+        class ReformerCore(nn.Module):
+            """reformer's ``LSHAttention`` on [B, H, n, d] heads (it takes [B·H, n, d]: shared QK, V)."""
+
+            def __init__(self) -> None:
+                super().__init__()
+                self.lsh = LSHAttention(
+                    bucket_size=cfg.chunk_length,
+                    n_hashes=cfg.rounds,
+                    causal=causal,
+                    attend_across_buckets=False,
+                    allow_duplicate_attention=False,
+                )
+
+            def forward(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+                """k is ignored: shared QK, as ours."""
+                return self.lsh(q.flatten(0, 1), v.flatten(0, 1))[0].view_as(q)
+
+        return ReformerCore()
+    raise ValueError(f"{PACKAGES[pair][0]} has no core apart from its layer")
+
+
+def reference_layer(
+    pair: str, cfg: AttentionConfig, d_model: int, heads: int, causal: bool, length: int
+) -> nn.Module:
+    """Their whole attention layer for ``pair`` with our settings: ``layer(x)``, x [B, n, d_model]."""
+    d_head = d_model // heads
+    if causal and pair not in CAUSAL:
+        raise ValueError(f"{PACKAGES[pair][0]} cannot be causal")
+    if pair == "performer":
+        from performer_pytorch import SelfAttention
+
+        return SelfAttention(
+            dim=d_model,
+            heads=heads,
+            dim_head=d_head,
+            causal=causal,
+            nb_features=cfg.features,
+            feature_redraw_interval=cfg.redraw_interval,
+            qkv_bias=True,
+            attn_out_bias=True,
+        )
+    if pair == "linformer":
+        from linformer import LinformerSelfAttention
+
+        seq_len = max(length, cfg.max_length)
+        return LinformerSelfAttention(d_model, seq_len, k=cfg.projected_length, heads=heads, dim_head=d_head)
+    if pair == "nystrom":
+        from nystrom_attention import NystromAttention
+
+        return NystromAttention(
+            d_model,
+            dim_head=d_head,
+            heads=heads,
+            num_landmarks=cfg.landmarks,
+            pinv_iterations=6,
+            residual=False,
+        )
+    if pair == "local":
+        from local_attention import LocalMHA
+
+        return LocalMHA(
+            dim=d_model,
+            window_size=cfg.window - 1,
+            dim_head=d_head,
+            heads=heads,
+            causal=causal,
+            exact_windowsize=True,
+            use_rotary_pos_emb=False,
+        )
+    if pair == "lsh":
+        from reformer_pytorch import LSHSelfAttention
+
+        return LSHSelfAttention(
+            dim=d_model,
+            heads=heads,
+            bucket_size=cfg.chunk_length,
+            n_hashes=cfg.rounds,
+            causal=causal,
+            dim_head=d_head,
+            attend_across_buckets=False,
+            allow_duplicate_attention=False,
+        )
+    raise ValueError(f"unknown pair {pair!r}")
+
+
+# ------------------------------------------------------------------------------------- the child
+
+
+def run_child(spec: dict) -> dict:
+    """One configuration, measured in this process: the result's dict (printed as JSON by main)."""
+    import torch
+
+    from transformer.mechanisms import AttentionConfig
+
+    set_threads(spec["threads"])
+    torch.manual_seed(0)
+    pair, n, scope = spec["pair"], spec["length"], spec["scope"]
+    causal = spec["role"] == "decoder"
+    d_model, heads = spec["d_model"], spec["heads"]
+    d_head = d_model // heads
+    cfg = AttentionConfig()
+    try:
+        if spec["impl"] == "ours" and scope == "layer":
+            module = our_layer(pair, cfg, d_model, heads, causal, n)
+        elif spec["impl"] == "ours":
+            module = our_mechanism(pair, cfg, d_head, causal, n)
+        elif scope == "layer":
+            check_length(pair, cfg, n)
+            module = reference_layer(pair, cfg, d_model, heads, causal, n)
+        else:
+            check_length(pair, cfg, n)
+            module = reference_core(pair, cfg, d_head, causal)
+    except ValueError as error:
+        return {"status": "refused", "why": str(error)}
+    if scope == "layer":
+        inputs = [torch.randn(1, n, d_model, requires_grad=True)]
+        if spec["impl"] == "ours":
+
+            def call():
+                return module.self_attention(inputs[0], causal=causal)[0]
+
+        else:
+
+            def call():
+                return module(inputs[0])
+
+    else:
+        inputs = [torch.randn(1, heads, n, d_head, requires_grad=True) for _ in range(3)]
+        if spec["impl"] == "ours":
+
+            def call():
+                return module(*inputs, None, causal, None, False)[0]
+
+        else:
+
+            def call():
+                return module(*inputs)
+
+    return measure(module, inputs, call, spec)
+
+
+# ------------------------------------------------------------------------------------ the parent
+
+
+def _ms(r: dict | None) -> object:
+    return "-" if r is None else r["seconds"] * 1e3 if r["status"] == "ok" else r["status"]
+
+
+def _mib(r: dict | None) -> object:
+    return "-" if r is None else r["peak_mib"] if r["status"] == "ok" else r["status"]
+
+
+def report(results: list[dict], lengths: list[int]) -> dict:
+    """Tables per role x scope (ours against theirs at each length) and the issue's verdict; the summary."""
+    summary = {}
+    groups = sorted(
+        {(r["scope"], r["role"]) for r in results}, key=lambda g: (g[0] != "layer", list(ROLES).index(g[1]))
+    )
+    for scope, role in groups:
+        by = {
+            (r["pair"], r["impl"], r["length"]): r
+            for r in results
+            if (r["scope"], r["role"]) == (scope, role)
+        }
+        pairs = list(dict.fromkeys(p for p, _, _ in by))
+        kind = "causal" if role == "decoder" else "non-causal"
+        print(f"## {scope}, {role} ({kind}), fp32: forward + backward")
+        table, verdicts = [], []
+        for pair in pairs:
+            failed, compared = [], 0
+            for n in lengths:
+                ours, theirs = by.get((pair, "ours", n)), by.get((pair, "theirs", n))
+                if ours is None and theirs is None:
+                    continue
+                speed = memory = float("nan")
+                verdict = "-"
+                if ours and theirs and ours["status"] == theirs["status"] == "ok":
+                    speed = theirs["seconds"] / ours["seconds"]
+                    memory = ours["peak_mib"] / theirs["peak_mib"] if theirs["peak_mib"] > 0 else float("nan")
+                    short = [
+                        what for what, ok in (("speed", speed >= 1.0), ("memory", memory <= 1.0)) if not ok
+                    ]
+                    verdict = "met" if not short else f"not met ({', '.join(short)})"
+                    compared += 1
+                    if short:
+                        failed.append(f"{n}: {', '.join(short)}")
+                    ours["speed_vs_theirs"], ours["memory_vs_theirs"] = speed, memory
+                table.append(
+                    [pair, n, _ms(ours), _ms(theirs), speed, _mib(ours), _mib(theirs), memory, verdict]
+                )
+            both = (
+                "no length that both ran"
+                if not compared
+                else "met"
+                if not failed
+                else "not met: " + "; ".join(failed)
+            )
+            verdicts.append([pair, PACKAGES[pair][0], compared, both])
+        print_table(
+            ["pair", "length", "ours ms", "theirs ms", "speed (theirs/ours)", "ours MiB", "theirs MiB",
+             "memory (ours/theirs)", "≥ 1.0× speed, ≤ 1.0× memory"],
+            table,
+        )  # fmt: skip
+        print("ours ≥ 1.0× their speed and ≤ 1.0× their memory at every length both ran:")
+        print_table(["pair", "theirs", "lengths both ran", "verdict"], verdicts)
+        summary[f"{scope}/{role}"] = verdicts
+    return summary
+
+
+def plot(results: list[dict], path: Path, lengths: list[int], scope: str) -> None:
+    """Time and memory against length, log-log, one line per implementation (ours solid, theirs dashed);
+    a row per role."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    chosen = [r for r in results if r["scope"] == scope and r["status"] == "ok"]
+    roles = [role for role in ROLES if any(r["role"] == role for r in chosen)]
+    if not roles:
+        print(f"no {scope} results to plot")
+        return
+    fig, axes = plt.subplots(len(roles), 2, figsize=(12, 4.5 * len(roles)), squeeze=False)
+    colors = dict(zip(PAIRS, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False))
+    for row, role in zip(axes, roles, strict=True):
+        for pair in PAIRS:
+            for impl, style in (("ours", "-"), ("theirs", "--")):
+                ok = sorted(
+                    (r["length"], r)
+                    for r in chosen
+                    if (r["role"], r["pair"], r["impl"]) == (role, pair, impl)
+                )
+                if not ok:
+                    continue
+                label = f"{pair} (ours)" if impl == "ours" else f"{pair} ({PACKAGES[pair][0]})"
+                xs = [n for n, _ in ok]
+                kwargs = dict(color=colors[pair], marker="o" if impl == "ours" else "s", label=label)
+                row[0].plot(xs, [r["seconds"] * 1e3 for _, r in ok], style, **kwargs)
+                row[1].plot(xs, [max(r["peak_mib"], 0.1) for _, r in ok], style, **kwargs)
+        causal = "causal" if role == "decoder" else "non-causal"
+        for ax, label in zip(row, ("ms per forward + backward", "peak MiB above baseline"), strict=True):
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xticks(lengths, [str(n) for n in lengths])
+            ax.set_xlabel("sequence length (tokens)")
+            ax.set_ylabel(label)
+            ax.set_title(f"{role} ({causal})", fontsize=10)
+            ax.grid(True, which="both", alpha=0.3)
+        row[0].legend(fontsize=7, loc="upper left")
+    fig.suptitle(f"Attention {scope}, ours against lucidrains', fp32, batch 1: forward + backward")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    print(f"plot written to {path}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS), help="sequence lengths")
+    parser.add_argument("--pairs", nargs="+", default=list(PAIRS), choices=list(PAIRS), help="mechanisms")
+    parser.add_argument("--roles", nargs="+", default=list(ROLES), choices=list(ROLES), help="roles")
+    parser.add_argument("--scopes", nargs="+", default=["layer", "core"], choices=["layer", "core"])
+    parser.add_argument("--d-model", type=int, default=512, help="model width")
+    parser.add_argument("--heads", type=int, default=8, help="attention heads")
+    parser.add_argument("--threads", type=int, default=2, help="intra-op threads of each child")
+    parser.add_argument("--repeats", type=int, default=3, help="timed calls after the warm-up (at most)")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per configuration")
+    parser.add_argument("--memory-limit", type=float, default=16.0, help="GiB of address space per child")
+    parser.add_argument(
+        "--plot", default=str(ROOT / "docs" / "attention_reference.png"), help="PNG ('' none)"
+    )
+    parser.add_argument("--plot-scope", default="layer", choices=["layer", "core"], help="scope plotted")
+    parser.add_argument(
+        "--json", default="attention_reference", help="results file: bench/results/<name>.json"
+    )
+    parser.add_argument("--from-json", nargs="+", help="only print the tables (and plot) of these results")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.child:
+        print(json.dumps(run_child(json.loads(args.child))), flush=True)
+        return
+    if args.from_json:  # several runs' results together, e.g. the roles or scopes run one by one
+        results = [r for path in args.from_json for r in json.loads(Path(path).read_text())["results"]]
+        lengths = sorted({r["length"] for r in results})
+        report(results, lengths)
+        if args.plot:
+            plot(results, Path(args.plot), lengths, args.plot_scope)
+        return
+    missing = missing_packages(args.pairs)
+    if missing:
+        sys.exit(
+            f"attention_reference: needs {', '.join(missing)}, from the bench extra "
+            "(python3 -m pip install -e '.[bench]')"
+        )
+
+    lengths = sorted(args.lengths)
+    config = {
+        **environment(args.threads),
+        **{PACKAGES[p][0]: version(PACKAGES[p][0]) for p in args.pairs},
+        "command": " ".join(["python", "bench/attention_reference.py", *sys.argv[1:]]),
+        "lengths": lengths,
+        "pairs": args.pairs,
+        "roles": args.roles,
+        "scopes": args.scopes,
+        "d_model": args.d_model,
+        "heads": args.heads,
+        "batch": 1,
+        "precision": "fp32",
+        "settings": "AttentionConfig defaults, theirs mapped to them (the docstring's table)",
+        "not run": f"decoder: {', '.join(p for p in PAIRS if p not in CAUSAL)} (neither is causal); "
+        f"core: {', '.join(p for p in PAIRS if p not in CORES)} (no core apart from their layer)",
+        "timing": f"median of {args.repeats} or more forward + backward calls (more while under 0.5 s, fewer "
+        "past a third of the timeout) after one warm-up",
+        "memory": "child's /proc/self/status VmHWM at the end minus its VmRSS after imports and inputs (MiB)",
+        "timeout_s": args.timeout,
+        "memory_limit_gib": args.memory_limit,
+    }
+    print_config("attention against the reference implementations", config)
+    results = []
+    started = time.perf_counter()
+    for scope in args.scopes:
+        for role in args.roles:
+            for n in lengths:
+                for pair in args.pairs:
+                    if (role == "decoder" and pair not in CAUSAL) or (scope == "core" and pair not in CORES):
+                        continue
+                    for impl in ("ours", "theirs"):
+                        spec = {
+                            "pair": pair,
+                            "impl": impl,
+                            "role": role,
+                            "scope": scope,
+                            "length": n,
+                            "precision": "fp32",
+                            "d_model": args.d_model,
+                            "heads": args.heads,
+                            "threads": args.threads,
+                            "repeats": args.repeats,
+                            "timeout": args.timeout,
+                        }
+                        r = {**spec, **run_config(spec, args.memory_limit, Path(__file__))}
+                        results.append(r)
+                        shown = (
+                            f"{r['seconds'] * 1e3:.1f} ms, {r['peak_mib']:.0f} MiB"
+                            if r["status"] == "ok"
+                            else ""
+                        )
+                        print(
+                            f"  {scope} {role} {n:>6} {pair:<10} {impl:<6} {r['status']} {shown}",
+                            r.get("why", ""),
+                            flush=True,
+                        )
+    print(f"\nall configurations: {time.perf_counter() - started:.0f} s\n")
+    summary = report(results, lengths)
+    if args.plot:
+        plot(results, Path(args.plot), lengths, args.plot_scope)
+    write_json(args.json, {"config": config, "results": results, "summary": summary})
+
+
+if __name__ == "__main__":
+    main()
