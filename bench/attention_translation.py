@@ -31,6 +31,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -76,26 +77,38 @@ def train_command(
     return command + list(args.override)
 
 
-def logged_training(metrics_csv: Path) -> dict:
-    """Epochs and updates done, and the mean training tokens/s (first logged value left out)."""
-    tok_s, epochs, updates = [], 0, 0
-    with metrics_csv.open() as f:
+def logged_training(run_dir: Path) -> dict:
+    """Validations (epochs, the partial last one included), updates done, and the mean training
+    tokens/s (the first logged value left out as warm-up), from the run's log and metrics.csv."""
+    tok_s, epochs, updates = [], 0, None
+    with (run_dir / "logs" / "metrics.csv").open() as f:
         for row in csv.DictReader(f):
             if row.get("train/tok_s"):
                 tok_s.append(float(row["train/tok_s"]))
-            if not row.get("step"):
-                continue
-            step = int(float(row["step"]))
-            if row.get("val/loss"):  # logged at global_step: the updates done
+            if row.get("val/loss"):
                 epochs = max(epochs, int(float(row["epoch"])) + 1)
-                updates = max(updates, step)
-            elif row.get("train/loss") or row.get("train/tok_s"):  # logged at update step + 1
-                updates = max(updates, step + 1)
+    # training/pipeline.py logs "run <status> at update <N>: ..." once fitting ended.
+    found = re.findall(r"\brun [a-z ]+ at update (\d+):", (run_dir / "train.log").read_text())
+    if found:
+        updates = int(found[-1])
     tok_s = tok_s[1:] or tok_s
     return {
         "epochs": epochs,
         "updates": updates,
         "tok_s": sum(tok_s) / len(tok_s) if tok_s else None,
+    }
+
+
+def test_results(run_dir: Path) -> dict:
+    """The test stage's figures and the training's, read back from a finished run's directory."""
+    results = json.loads((run_dir / "results.json").read_text())
+    return {
+        "bleu": results.get("test/bleu"),
+        "bleu_lc": results.get("test/bleu_lc"),
+        "chrf": results.get("test/chrf"),
+        "val_bleu": results.get("val/bleu"),
+        "precision": results.get("precision"),
+        **logged_training(run_dir),
     }
 
 
@@ -107,6 +120,8 @@ def run_one(label: str, role: str | None, mechanism: str | None, args: argparse.
         record = json.loads(record_path.read_text())
         if record.get("status") == "ok":
             print(f"-- {label}: done before, kept ({run_dir})", flush=True)
+            record.update(test_results(run_dir))  # read again: what is read may have changed
+            record_path.write_text(json.dumps(record, indent=2) + "\n")
             return record
     run_dir.mkdir(parents=True, exist_ok=True)
     command = train_command(role, mechanism, run_dir, args)
@@ -131,16 +146,7 @@ def run_one(label: str, role: str | None, mechanism: str | None, args: argparse.
         record.update(status=f"failed (exit {proc.returncode})", log_tail=tail)
         print("\n".join(tail), flush=True)
     else:
-        results = json.loads(results_path.read_text())
-        record.update(
-            status="ok",
-            bleu=results.get("test/bleu"),
-            bleu_lc=results.get("test/bleu_lc"),
-            chrf=results.get("test/chrf"),
-            val_bleu=results.get("val/bleu"),
-            precision=results.get("precision"),
-            **logged_training(run_dir / "logs" / "metrics.csv"),
-        )
+        record.update(status="ok", **test_results(run_dir))
     record_path.write_text(json.dumps(record, indent=2) + "\n")
     print(f"   {record['status']} in {record['wall_s']:.0f} s", flush=True)
     return record

@@ -45,17 +45,20 @@ def test_dry_run_changes_only_the_mechanism_and_refuses_unknown_labels(capsys):
     assert "unknown configuration(s) cross=local" in capsys.readouterr().err
 
 
-def test_logged_training_reads_epochs_updates_and_mean_tokens_per_second(tmp_path):
-    csv = tmp_path / "metrics.csv"
-    csv.write_text(
+def test_logged_training_reads_validations_updates_and_mean_tokens_per_second(tmp_path):
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "metrics.csv").write_text(
         "epoch,step,train/tok_s,val/loss\n"
         "0,19,1000.0,\n"  # the first logged value: warm-up, left out
         "0,39,3000.0,\n"
         "0,40,,2.5\n"
         "1,59,5000.0,\n"
-        "1,70,,2.0\n"
+        "1,69,,2.0\n"
     )
-    assert logged_training(csv) == {"epochs": 2, "updates": 70, "tok_s": 4000.0}
+    (tmp_path / "train.log").write_text(
+        "[..][training.pipeline][INFO] - run stopped early at update 70: ...\n"
+    )
+    assert logged_training(tmp_path) == {"epochs": 2, "updates": 70, "tok_s": 4000.0}
 
 
 @pytest.mark.realdata
