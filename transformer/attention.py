@@ -136,7 +136,7 @@ class SoftmaxAttention(nn.Module):
         p = self.dropout if self.training else 0.0
         if need_weights:
             return scaled_dot_product_attention(q, k, v, mask, causal, p)
-        if cpu_kernels.prefers_written_out(q):  # CPU: bf16, and decoding's few queries
+        if cpu_kernels.prefers_written_out(q, k.size(2)):  # CPU: bf16 up to 512 keys, decoding's few queries
             return cpu_kernels.attention(q, k, v, _with_causal(mask, q, k) if causal else mask, p), None
         return fused_attention(q, k, v, mask, causal, p), None
 

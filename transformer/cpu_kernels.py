@@ -55,6 +55,11 @@ from torch import Tensor
 from transformer import hardware
 
 SMALL_QUERY = 16  # decoding-sized query lengths (2. above)
+# Past this many keys, bf16 goes to the fused kernel: written out, its n x n scores grow
+# quadratically. Our softmax layer, forward + backward at d_model 512 under bf16 autocast, ran at
+# 1.33x SDPA's speed at 256 keys written out, but 0.81x at 1K and 0.21x at 16K (BENCHMARKS.md,
+# "Attention mechanisms", decoder in bf16).
+LONG_KEYS = 512
 TOPK_BLOCK = 64  # vocabulary block of ``row_topk``: a multiple of the CPU's 16-float vectors
 
 
@@ -171,10 +176,11 @@ def _version(t: Tensor | None) -> int:
 # ------------------------------------------------------------- 2. and 3. written-out attention
 
 
-def prefers_written_out(q: Tensor) -> bool:
-    """Whether :func:`attention` beats the fused kernel for these queries [..., q_len, d_k] (2. above)."""
+def prefers_written_out(q: Tensor, keys: int) -> bool:
+    """Whether :func:`attention` beats the fused kernel for these queries [..., q_len, d_k] over
+    ``keys`` keys (2. above): half precision up to ``LONG_KEYS`` keys, and decoding's few queries."""
     return q.device.type == "cpu" and (
-        q.dtype in (torch.bfloat16, torch.float16)
+        (q.dtype in (torch.bfloat16, torch.float16) and keys <= LONG_KEYS)
         or (q.size(-2) <= SMALL_QUERY and not torch.is_grad_enabled())
     )
 

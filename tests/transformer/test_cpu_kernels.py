@@ -264,7 +264,7 @@ def test_written_out_attention_equals_the_papers(dtype, tq, tk, causal):
     mask[..., 0] = True  # every causal row sees key 0
     expected, _ = scaled_dot_product_attention(q.float(), k.float(), v.float(), mask, causal)
     with torch.no_grad():
-        assert cpu_kernels.prefers_written_out(q)
+        assert cpu_kernels.prefers_written_out(q, tk)
         full = mask & torch.ones(tq, tk, dtype=torch.bool).tril(tk - tq) if causal else mask
         got = cpu_kernels.attention(q, k, v, full)
     tol = 1e-5 if dtype == torch.float32 else 3e-2
@@ -276,8 +276,12 @@ def test_multi_head_attention_takes_the_seam_only_where_it_pays():
     queries with autograd off use the written-out one; both give the same outputs."""
     mha = MultiHeadAttention(16, 4).eval()
     x = torch.randn(2, 5, 16)
-    assert not cpu_kernels.prefers_written_out(torch.randn(2, 4, 5, 4))  # autograd on
-    assert not cpu_kernels.prefers_written_out(torch.randn(2, 4, cpu_kernels.SMALL_QUERY + 1, 4))
+    assert not cpu_kernels.prefers_written_out(torch.randn(2, 4, 5, 4), 5)  # autograd on
+    assert not cpu_kernels.prefers_written_out(torch.randn(2, 4, cpu_kernels.SMALL_QUERY + 1, 4), 17)
+    # bf16 (training under autocast) is written out over short keys only: long ones go fused.
+    q16 = torch.randn(1, 2, 64, 4, dtype=torch.bfloat16)
+    assert cpu_kernels.prefers_written_out(q16, cpu_kernels.LONG_KEYS)
+    assert not cpu_kernels.prefers_written_out(q16, cpu_kernels.LONG_KEYS + 1)
     with_weights, _ = mha.self_attention(x, causal=True, need_weights=True)
     with torch.no_grad():
         torch.testing.assert_close(mha.self_attention(x, causal=True)[0], with_weights, atol=1e-6, rtol=1e-5)
