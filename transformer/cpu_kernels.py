@@ -29,10 +29,10 @@ that did not help" and "Found while profiling, and what became of it":
    in all, at the price of up to half as many rows again in a matmul (a sixth on average).
 2. **Written-out attention** (:func:`prefers_written_out`, :func:`attention`) instead of the
    fused ``F.scaled_dot_product_attention``, which is faster on the GPU and for long sequences
-   but not here: the CPU flash kernel in bf16 (training under bf16 autocast: "What was tried that
-   did not help"), and decoding's few queries (autograd off, at most ``SMALL_QUERY`` queries: one
-   new token per hypothesis against the cache, or a sentence's few beams against its source,
-   "Decoding speed"), each ran slower than two batched matmuls.
+   but not here: the CPU flash kernel in bf16 over up to ``LONG_KEYS`` keys (training under bf16
+   autocast: "What was tried that did not help"), and decoding's few queries (autograd off, at
+   most ``SMALL_QUERY`` queries: one new token per hypothesis against the cache, or a sentence's
+   few beams against its source, "Decoding speed"), each ran slower than two batched matmuls.
 3. **Softmax over short rows** (:func:`softmax`), inside that written-out attention. PyTorch's CPU
    softmax is vectorised along the softmax dimension and takes a slow path when it is shorter
    than a vector (16 floats), as in the self-attention of hypotheses to fewer than 16 cached
