@@ -50,6 +50,22 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def _cpu_id() -> str:
+    """x86 family, model and stepping (AMD family 25 is Zen 3 or Zen 4 by model, 26 is Zen 5): the
+    model name of a cloud VM is often only "AMD EPYC", and these tell the generation apart."""
+    fields = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("cpu family", "model", "stepping") and key.strip() not in fields:
+                fields[key.strip()] = value.strip()
+            if line.strip() == "":  # the first processor's block is enough
+                break
+    except OSError:
+        pass
+    return " ".join(f"{k.replace('cpu ', '')} {v}" for k, v in fields.items()) or "unknown"
+
+
 def _cpu_flags() -> list[str]:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -78,6 +94,7 @@ def environment(threads: int) -> dict:
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "host": socket.gethostname(),
         "cpu": _cpu_model(),
+        "cpu_id": _cpu_id(),
         "cpu_flags": " ".join(_cpu_flags()),
         "logical_cpus": os.cpu_count(),
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
