@@ -134,7 +134,10 @@ def search_batch(
     """
     src, options, bos_id, eos_id = job
     common = dict(bos_id=bos_id, eos_id=eos_id, max_len_a=options.max_len_a, max_len_b=options.max_len_b)
-    with torch.no_grad():
+    # Inference mode, not only no_grad: no version counters or view tracking on the ~1,000 small
+    # tensor operations of every decoding step (BENCHMARKS.md, "Translation speed within the
+    # memory target"); the same kernels, so the same outputs.
+    with torch.inference_mode():
         if options.greedy:
             return [[(out, math.nan, math.nan)] for out in greedy_search(model, src, **common)]
         hyps = beam_search(
