@@ -22,11 +22,15 @@ that did not help" and "Found while profiling, and what became of it":
    packed copy is made again when its weight changed in place (an optimizer step,
    ``load_state_dict``), detected through the tensor's version counter. Writes through
    ``weight.data`` bypass that counter: call ``pack_for_inference()`` again after them.
-   oneDNN builds and keeps a kernel for every number of rows it sees, and decoding's row count
-   changes at almost every step as sentences finish: the kept kernels grew the heap batch after
-   batch ("Translation memory"). So the rows are padded up to one of two sizes per
-   octave (:func:`padded_rows`: 9..16 -> 12 or 16, 17..32 -> 24 or 32, ...), a few dozen sizes
-   in all, at the price of up to half as many rows again in a matmul (a sixth on average).
+   oneDNN builds and keeps a kernel for every number of rows it sees (~600 KiB each, in its
+   primitive cache and in ideep's), and decoding's row count changes at almost every step as
+   sentences finish: the kept kernels grew the heap batch after batch ("Translation memory").
+   Two remedies. A process that only translates bounds both caches
+   (:func:`bound_kernel_caches`, ``translate.py`` does it first thing): a few kernels are kept,
+   a new row count costs one kernel's creation (~150 us), and rows are multiplied as they are.
+   Otherwise the rows are padded up to one of two sizes per octave (:func:`padded_rows`:
+   9..16 -> 12 or 16, 17..32 -> 24 or 32, ...), a few dozen sizes in all, at the price of up
+   to half as many rows again in a matmul (a sixth on average).
 2. **Written-out attention** (:func:`prefers_written_out`, :func:`attention`) instead of the
    fused ``F.scaled_dot_product_attention``, which is faster on the GPU and for long sequences
    but not here: the CPU flash kernel in bf16 over up to ``LONG_KEYS`` keys (training under bf16
@@ -47,6 +51,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 
 import torch
 import torch.nn.functional as F
@@ -61,6 +66,14 @@ SMALL_QUERY = 16  # decoding-sized query lengths (2. above)
 # "Attention mechanisms", decoder in bf16).
 LONG_KEYS = 512
 TOPK_BLOCK = 64  # vocabulary block of ``row_topk``: a multiple of the CPU's 16-float vectors
+# Kernels each of oneDNN's two caches keeps once bounded (1. above): a decoding step uses one per
+# weight shape (five in a decoder) for its row count. With 16, translate.py ran as fast as with
+# the default 1,024, and ~100 MiB smaller at the same batches (BENCHMARKS.md, "Translation speed
+# within the memory target").
+KERNEL_CACHE = 16
+# Cache settings the environment may already hold and that still count as bounded.
+_BOUNDED_AT_MOST = 64
+_CACHE_SETTINGS = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")  # oneDNN's, ideep's
 
 
 # ------------------------------------------------------------------- 1. packed weights
@@ -119,7 +132,7 @@ class PackedLinears:
         lead = x.shape[:-1]
         attr, scalars = ("relu", [None]) if relu else ("none", [])
         rows = x.numel() // x.size(-1)
-        size = padded_rows(rows)
+        size = rows if kernel_caches_bounded() else padded_rows(rows)
         # Each call below is a tensor operation, and decoding makes ~20 of these calls a step: the
         # conversions only where the dtype changes, the padding in one operation.
         x = x.reshape(rows, x.size(-1))
@@ -157,6 +170,29 @@ class PackedLinears:
             cached = (key, packed, None if bias is None else bias.to(dtype).contiguous())
             self._packs[name] = cached
         return cached[1], cached[2]
+
+
+def bound_kernel_caches(capacity: int = KERNEL_CACHE) -> bool:
+    """Bounds oneDNN's kernel caches at ``capacity`` kernels each, so packed matmuls need no padding.
+
+    For a process that translates (1. above): it sets ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` and
+    ``LRU_CACHE_CAPACITY`` (ideep's), which oneDNN reads once, at its first kernel, so this
+    must run before the process's first packed matmul, and process-wide: training is better
+    off with the defaults (its shapes repeat every step). Values already in the environment are
+    kept. Returns whether the caches are bounded now (both at most 64), which is when
+    :class:`PackedLinears` stops padding rows.
+    """
+    for name in _CACHE_SETTINGS:
+        os.environ.setdefault(name, str(capacity))
+    kernel_caches_bounded.cache_clear()
+    return kernel_caches_bounded()
+
+
+@functools.cache  # asked at every linear call while decoding
+def kernel_caches_bounded() -> bool:
+    """Whether the environment bounds both of oneDNN's kernel caches (:func:`bound_kernel_caches`)."""
+    values = [os.environ.get(name, "") for name in _CACHE_SETTINGS]
+    return all(v.isdigit() and int(v) <= _BOUNDED_AT_MOST for v in values)
 
 
 def padded_rows(rows: int) -> int:

@@ -6,6 +6,7 @@ attention and its short-row softmax equal the paper's attention; block top-k equ
 
 import copy
 import io
+import os
 
 import pytest
 import torch
@@ -62,6 +63,34 @@ def test_padded_packed_linear_equals_f_linear(rows):
     assert got.shape == (rows, 24) and got.is_contiguous() and got_3d.shape == (1, rows, 24)
     torch.testing.assert_close(got, F.relu(F.linear(x, weight, bias)), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(got_3d[0], F.linear(x, weight, bias), atol=1e-5, rtol=1e-5)
+
+
+@needs_onednn
+def test_bounded_kernel_caches_stop_the_padding(monkeypatch):
+    """With oneDNN's caches bounded (translate.py), rows are multiplied as they are, and give
+    the padded path's results; settings already in the environment are kept."""
+    for name in cpu_kernels._CACHE_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    cpu_kernels.kernel_caches_bounded.cache_clear()
+    weight, bias = _weights()
+    x = torch.randn(13, 16)
+    with torch.no_grad():
+        padded = PackedLinears(enabled=True).linear("w", x, weight, bias)
+        assert not cpu_kernels.kernel_caches_bounded()
+        monkeypatch.setenv("LRU_CACHE_CAPACITY", "1024")  # a user's own, unbounded: kept, so padding stays
+        assert not cpu_kernels.bound_kernel_caches()
+        assert (
+            os.environ["LRU_CACHE_CAPACITY"] == "1024"
+            and os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "16"
+        )
+        monkeypatch.delenv("LRU_CACHE_CAPACITY")
+        assert cpu_kernels.bound_kernel_caches()
+        pads, pad = [], F.pad
+        monkeypatch.setattr(cpu_kernels.F, "pad", lambda *a, **k: pads.append(a) or pad(*a, **k))
+        unpadded = PackedLinears(enabled=True).linear("w", x, weight, bias)
+    cpu_kernels.kernel_caches_bounded.cache_clear()  # monkeypatch restores the environment after this
+    assert padded_rows(13) > 13 and not pads, "bounded caches should multiply the 13 rows as they are"
+    torch.testing.assert_close(unpadded, padded, atol=0, rtol=0)
 
 
 def _bf16_packed_equals_f_linear(packed: PackedLinears) -> None:
