@@ -1,7 +1,7 @@
 """The search without caches: the baseline that cached decoding is measured and tested against.
 
 ``Recomputing(model)`` offers what ``greedy_search`` and ``beam_search`` call on a model
-(``cfg``, ``encode``, ``start_decoding``, ``decode_step``) but keeps only the token prefix between
+(``cfg``, ``encode``, ``start_decoding``, ``decode_step``, ``logits``) but keeps only the token prefix between
 steps: every step runs the decoder, and projects the cross-attention K/V, on the whole prefix
 again, and computes the logits of the last position only (all a search step needs). The search
 code is the same for both, so any difference in outputs is the caches'.
@@ -55,9 +55,15 @@ class Recomputing:
         """The state before the first step (``max_steps`` is not needed: nothing is pre-allocated)."""
         return RecomputeState(memory, src_mask)
 
-    def decode_step(self, tokens: Tensor, state: RecomputeState) -> Tensor:
-        """tokens: [rows] -> next-token logits [rows, tgt_vocab], recomputed from the whole prefix."""
+    def decode_step(self, tokens: Tensor, state: RecomputeState, project: bool = True) -> Tensor:
+        """tokens: [rows] -> next-token logits [rows, tgt_vocab], recomputed from the whole prefix
+        (the decoder output [rows, d_model] instead if not ``project``, as ``Transformer.decode_step``)."""
         new = tokens[:, None]  # (rows, 1)
         state.prefix = new if state.prefix is None else torch.cat([state.prefix, new], dim=1)
         cross_kv = self.model.project_memory(state.memory)
-        return self.model.decode(state.prefix, cross_kv, state.src_mask, last_only=True)[0][:, 0]
+        y = self.model.decode(state.prefix, cross_kv, state.src_mask, last_only=True, project=False)[0][:, 0]
+        return self.model.logits(y) if project else y
+
+    def logits(self, y: Tensor) -> Tensor:
+        """The model's output projection: [..., d_model] -> [..., tgt_vocab]."""
+        return self.model.logits(y)

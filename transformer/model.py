@@ -159,8 +159,8 @@ class Transformer(nn.Module):
                 packed.clear()
         return self
 
-    def _logits(self, y: Tensor) -> Tensor:
-        """y: [..., d_model] -> [..., tgt_vocab] through the output projection."""
+    def logits(self, y: Tensor) -> Tensor:
+        """y: [..., d_model] decoder output -> [..., tgt_vocab] through the output projection."""
         return self.packed.linear("output", y, self.output.weight, self.output.bias)
 
     def num_parameters(self, trainable_only: bool = True) -> int:
@@ -188,6 +188,7 @@ class Transformer(nn.Module):
         src_mask: Tensor,
         need_weights: bool = False,
         last_only: bool = False,
+        project: bool = True,
     ) -> tuple[Tensor, list[Tensor]]:
         """Decoder on a whole target prefix (no cache).
 
@@ -196,6 +197,7 @@ class Transformer(nn.Module):
             cross_kv: from ``project_memory``; src_mask: [n_src, 1, 1, src_len].
             need_weights: also return per-layer cross-attention [rows, heads, tgt_len, src_len].
             last_only: logits of the last position only (all a search step needs).
+            project: False returns the decoder output [..., d_model] in place of the logits.
 
         Returns:
             logits [rows, tgt_len, tgt_vocab] ([rows, 1, tgt_vocab] if ``last_only``) and the
@@ -203,7 +205,8 @@ class Transformer(nn.Module):
         """
         y = self.tgt_pos(self.tgt_embed(tgt_in))
         y, weights = self.decoder(y, cross_kv, src_mask, need_weights=need_weights)
-        return self._logits(y[:, -1:] if last_only else y), weights
+        y = y[:, -1:] if last_only else y
+        return (self.logits(y) if project else y), weights
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher-forced pass: src [batch, src_len], tgt_in [batch, tgt_len] -> logits [batch, tgt_len, V].
@@ -259,17 +262,19 @@ class Transformer(nn.Module):
             src_mask=src_mask,
         )
 
-    def decode_step(self, tokens: Tensor, state: DecoderState) -> Tensor:
+    def decode_step(self, tokens: Tensor, state: DecoderState, project: bool = True) -> Tensor:
         """Feeds one token per hypothesis and returns the next-token logits.
 
         Args:
             tokens: [rows] the latest token of each hypothesis (BOS at step 0); rows = n_src * g.
             state: from ``start_decoding``; its caches grow by one step, in place.
+            project: False returns the decoder's output instead, for ``logits`` to project a
+                few rows at a time (the search does: [rows, tgt_vocab] is a large tensor).
 
         Returns:
-            logits [rows, tgt_vocab].
+            logits [rows, tgt_vocab], or the decoder output [rows, d_model] if not ``project``.
         """
         y = self.tgt_pos(self.tgt_embed(tokens[:, None]), offset=state.step)  # (R, 1, D)
         y, _ = self.decoder(y, state.cross_kv, state.src_mask, caches=state.self_caches)
         state.step += 1
-        return self._logits(y[:, -1])
+        return self.logits(y[:, -1]) if project else y[:, -1]

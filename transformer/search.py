@@ -3,8 +3,8 @@
 Both run the encoder once, project each sentence's cross-attention K/V once (shared by its
 beams, never copied per beam), grow and reorder the self-attention cache step by step, and
 drop finished sentences from the active batch so that later steps only pay for live ones.
-They talk to the model through ``encode``, ``start_decoding``, ``decode_step`` and the state's
-``select`` only (``bench/uncached.py`` offers the same without caches, as the baseline).
+They talk to the model through ``encode``, ``start_decoding``, ``decode_step``, ``logits`` and
+the state's ``select`` only (``bench/uncached.py`` offers the same without caches, as the baseline).
 
 :class:`DecodingConfig` holds the decoding defaults (beam size, length penalty, length limit),
 written here only: the search functions' keyword defaults, the training module's validation and
@@ -14,13 +14,17 @@ test decoding, ``translation.SearchOptions``, ``translate.py``'s options and ``c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from torch import Tensor
 
 from transformer.cpu_kernels import row_topk
 from transformer.model import Transformer
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,12 @@ class DecodingConfig:
 
 
 _DEFAULTS = DecodingConfig()
+
+# Logits are the largest tensor of a search step, [rows, V] (32 KB a row over 8,000 words), and a
+# step needs only a few numbers of each row: they are made for at most this many values at a
+# time (2 MiB in fp32), so that a batch's memory is its caches' (BENCHMARKS.md, "Translation
+# speed within the memory target").
+LOGIT_VALUES = 1 << 19
 
 
 @dataclass
@@ -78,6 +88,24 @@ def _top_log_probs(logits: Tensor, n: int) -> tuple[Tensor, Tensor]:
         probs = logits.softmax(dim=-1)
     p_max = probs.gather(1, top_tokens[:, :1]).float()  # (rows, 1)
     return top_logits - top_logits[:, :1] + p_max.log(), top_tokens
+
+
+def _next_token_scores(
+    model: Transformer, hidden: Tensor, t: int, min_len: int, eos_id: int, reduce: Callable[[Tensor], R]
+) -> list[R]:
+    """``reduce`` of the next-token logits of each block of rows, the logits made block by block.
+
+    hidden: [rows, d_model] from ``decode_step(..., project=False)``; the logits of a block,
+    [block_rows, V] with EOS forbidden while ``t < min_len``, are overwritable by ``reduce``.
+    Returns the results in row order, one per block of at most ``LOGIT_VALUES // V`` rows.
+    """
+    results = []
+    for part in hidden.split(max(1, LOGIT_VALUES // model.cfg.tgt_vocab_size)):
+        logits = model.logits(part)  # (block_rows, V), in the model's dtype
+        if t < min_len:
+            logits[:, eos_id] = float("-inf")
+        results.append(reduce(logits))
+    return results
 
 
 def max_output_lengths(src: Tensor, pad_id: int, a: float, b: int, cap: int) -> Tensor:
@@ -120,10 +148,11 @@ def greedy_search(
     active = torch.arange(n, device=src.device)  # original index of each live row
     tokens = src.new_full((n,), bos_id)
     for t in range(out.size(1)):
-        logits = model.decode_step(tokens, state)  # (rows, V), in the model's dtype
-        if t < min_len:
-            logits[:, eos_id] = float("-inf")
-        next_tokens = logits.argmax(dim=-1)  # (rows,); argmax needs no softmax
+        hidden = model.decode_step(tokens, state, project=False)  # (rows, D)
+        # (rows,); argmax needs no softmax
+        next_tokens = torch.cat(
+            _next_token_scores(model, hidden, t, min_len, eos_id, lambda x: x.argmax(dim=-1))
+        )
         out[active, t] = next_tokens
         done = (next_tokens == eos_id) | (max_lens[active] <= t + 1)
         if done.any():
@@ -199,16 +228,19 @@ def beam_search(
     scores = torch.zeros(n, g, device=device)  # (m, g) log P of each live beam
     history = src.new_empty(n, 0)  # (m*g, t) tokens so far, BOS excluded
     tokens = src.new_full((n,), bos_id)
+    per_row = min(2 * k, model.cfg.tgt_vocab_size)  # candidates kept of each beam
+
+    def top_of_block(logits: Tensor) -> tuple[Tensor, Tensor]:
+        return _top_log_probs(logits, per_row)
+
     t = 0
     while active.numel():
         m = active.numel()
-        logits = model.decode_step(tokens, state)  # (m*g, V), in the model's dtype
-        if t < min_len:
-            logits[:, eos_id] = float("-inf")
+        hidden = model.decode_step(tokens, state, project=False)  # (m*g, D)
         # A sentence's 2k best continuations are among the 2k best of each of its beams.
-        per_row = min(2 * k, logits.size(-1))
-        top_log_probs, top_tokens = _top_log_probs(logits, per_row)  # (m*g, 2k)
-        del logits  # freed before the next step makes its own
+        blocks = _next_token_scores(model, hidden, t, min_len, eos_id, top_of_block)
+        top_log_probs = torch.cat([lp for lp, _ in blocks]) if len(blocks) > 1 else blocks[0][0]  # (m*g, 2k)
+        top_tokens = torch.cat([tok for _, tok in blocks]) if len(blocks) > 1 else blocks[0][1]
         cand = (scores[:, :, None] + top_log_probs.view(m, g, per_row)).view(m, g * per_row)
         cand_scores, cand_pos = cand.topk(min(2 * k, g * per_row), dim=1)  # (m, 2k)
         cand_beam = cand_pos // per_row

@@ -169,6 +169,31 @@ def test_beam_search_is_the_same_with_plain_topk(monkeypatch):
         assert [h.score for h in b] == pytest.approx([h.score for h in p], abs=1e-5)
 
 
+@pytest.mark.parametrize("min_len", [0, 3])
+def test_logits_made_a_few_rows_at_a_time_change_nothing(monkeypatch, min_len):
+    """The search projects its rows' logits in blocks of LOGIT_VALUES // V rows; blocks of 2 and
+    3 rows (odd blocks at the end too, EOS held back in every block) find what one block finds."""
+    from transformer import search as search_module
+
+    model = model_with_eos_bias()
+    src = ragged_batch([5, 8, 3, 6, 4])
+    vocab = model.cfg.tgt_vocab_size
+
+    def run():
+        greedy = greedy_search(model, src, BOS, EOS, min_len=min_len)
+        return greedy, beam_search(model, src, BOS, EOS, beam_size=3, nbest=3, min_len=min_len)
+
+    whole_greedy, whole_beams = run()
+    for rows in (2, 3):
+        monkeypatch.setattr(search_module, "LOGIT_VALUES", rows * vocab)
+        greedy, beams = run()
+        assert greedy == whole_greedy
+        assert [[h.tokens for h in n] for n in beams] == [[h.tokens for h in n] for n in whole_beams]
+        # F.linear's sums may round differently for fewer rows (packed weights' do not: BENCHMARKS.md).
+        for got, expected in zip(beams, whole_beams, strict=True):
+            assert [h.score for h in got] == pytest.approx([h.score for h in expected], abs=1e-5)
+
+
 def test_bfloat16_model_reports_its_outputs_log_prob():
     """Logits stay in bf16 (no fp32 copy of [rows, V]); scores are still fp32 and match the
     fp32 model's log P(y | x) of the same outputs to within bf16 rounding."""
