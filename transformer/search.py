@@ -239,8 +239,8 @@ def beam_search(
         hidden = model.decode_step(tokens, state, project=False)  # (m*g, D)
         # A sentence's 2k best continuations are among the 2k best of each of its beams.
         blocks = _next_token_scores(model, hidden, t, min_len, eos_id, top_of_block)
-        top_log_probs = torch.cat([lp for lp, _ in blocks]) if len(blocks) > 1 else blocks[0][0]  # (m*g, 2k)
-        top_tokens = torch.cat([tok for _, tok in blocks]) if len(blocks) > 1 else blocks[0][1]
+        top_log_probs = torch.cat([lp for lp, _ in blocks])  # (m*g, 2k)
+        top_tokens = torch.cat([tok for _, tok in blocks])
         cand = (scores[:, :, None] + top_log_probs.view(m, g, per_row)).view(m, g * per_row)
         cand_scores, cand_pos = cand.topk(min(2 * k, g * per_row), dim=1)  # (m, 2k)
         cand_beam = cand_pos // per_row
