@@ -9,15 +9,19 @@ paper's choice). Attention of query i is restricted to a set P_i (equation (2)):
 Angular LSH (section 2, "Hashing attention"): with a random rotation R ∈ R^{d × b/2},
 h(x) = argmax([xR; −xR]) of b buckets, and P_i holds the positions of i's bucket. Positions are
 sorted by (bucket, position) and cut into chunks of ``chunk`` (equation (3)); a chunk attends to
-itself and to the chunk before it. Here that is a sliding window of ``chunk`` sorted positions
-back (and forward unless causal), computed on chunks with their neighbours: P_i = {j : h(j) =
-h(i), |s(i) − s(j)| < c} for sorted indices s, causal 0 ≤ s(i) − s(j) < c. Within one bucket
-the sorted order is the positions' order, so causal P_i is the last c positions ≤ i of i's bucket:
-it does not depend on where chunk boundaries fall, and so not on later tokens (with fixed chunk
-boundaries, a later token's bucket would move i's chunk). Several rounds (equation (4)) hash
-with independent rotations and combine as P_i = ∪_r P_i^(r), each round's output weighted by
-exp(z_r(i) − z(i)); N_ij, the rounds in which i and j share a bucket, stops a key seen in
-several rounds from counting several times (the paper's correction, by bucket, not by chunk).
+itself and to the chunk before it. By default (``window="sliding"``) that is a sliding window of
+``chunk`` sorted positions back (and forward unless causal), computed on chunks with their
+neighbours: P_i = {j : h(j) = h(i), |s(i) − s(j)| < c} for sorted indices s, causal
+0 ≤ s(i) − s(j) < c. Within one bucket the sorted order is the positions' order, so causal P_i is
+the last c positions ≤ i of i's bucket: it does not depend on where chunk boundaries fall, and so
+not on later tokens (with fixed chunk boundaries, a later token's bucket would move i's chunk).
+``window="chunks"`` is the paper's own pattern, as the Reformer's code computes it: P_i = {j :
+h(j) = h(i), ⌊s(j)/c⌋ ∈ {⌊s(i)/c⌋ − 1, ⌊s(i)/c⌋}}, its chunk and the one before, 2c keys a query
+where the sliding window scores 3c (non-causal); for the encoder only, because of the boundaries.
+Several rounds (equation (4)) hash with independent rotations and combine as P_i = ∪_r P_i^(r),
+each round's output weighted by exp(z_r(i) − z(i)); N_ij, the rounds in which i and j share a
+bucket, stops a key seen in several rounds from counting several times (the paper's correction,
+by bucket, not by chunk).
 
 With one bucket, one round and chunks covering the sequence, this is shared-QK softmax attention
 exactly (:func:`shared_qk_attention`). Cost: O(r·n·c·d) time and O(r·n·c) memory for r rounds,
@@ -47,6 +51,7 @@ from torch import Tensor, nn
 
 SELF = -1e5  # a position's score for itself: it attends to itself only when nothing else is allowed
 NEG = -1e9  # the score of a position not in P_i: finite, so no row is ever NaN
+WINDOWS = ("sliding", "chunks")  # which sorted positions a query may see (the module docstring)
 
 
 def shared_qk_attention(q: Tensor, v: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
@@ -97,15 +102,29 @@ class LSHAttention(nn.Module):
         d_head: width of the heads (of the rotations).
         buckets: b, 1 or even (h takes the argmax over ±b/2 rotated coordinates).
         rounds: independent hashes whose attention is combined.
-        chunk: c, sorted positions a query sees back (and forward unless causal), itself included.
+        chunk: c, sorted positions a query sees back (and forward unless causal), itself included;
+            with ``window="chunks"``, the length of the chunks.
         dropout: on the attention weights.
+        window: ``"sliding"`` (c sorted positions each way) or ``"chunks"`` (a query's chunk and the
+            one before; non-causal only).
     """
 
-    def __init__(self, d_head: int, buckets: int, rounds: int, chunk: int, dropout: float = 0.0) -> None:
+    def __init__(
+        self,
+        d_head: int,
+        buckets: int,
+        rounds: int,
+        chunk: int,
+        dropout: float = 0.0,
+        window: str = "sliding",
+    ) -> None:
         super().__init__()
         if buckets > 1 and buckets % 2:
             raise ValueError(f"LSH attention needs an even number of buckets (or 1), not {buckets}")
+        if window not in WINDOWS:
+            raise ValueError(f"LSH attention's window is one of {', '.join(WINDOWS)}, not {window!r}")
         self.buckets, self.rounds, self.chunk, self.dropout = buckets, rounds, chunk, dropout
+        self.window = window
         # R of each round: random rotations, fixed (section 2; equation (4)'s h^(r)).
         self.register_buffer("rotations", torch.randn(d_head, rounds, max(buckets // 2, 1)))
 
@@ -136,6 +155,11 @@ class LSHAttention(nn.Module):
         ``need_weights``: the weights over the positions of P_i [B, H, Tq, n] (n × n: pictures only)."""
         if q.size(2) != v.size(2):
             raise ValueError(f"LSH attention is self-attention: {q.size(2)} queries, {v.size(2)} values")
+        if causal and self.window == "chunks":
+            raise ValueError(
+                "LSH attention's chunks window is for the encoder: causal, a query's chunk would "
+                "depend on later tokens' buckets (use the sliding window)"
+            )
         p = self.dropout if self.training else 0.0
         dtype = v.dtype
         with torch.autocast(q.device.type, enabled=False):
@@ -165,8 +189,12 @@ class LSHAttention(nn.Module):
         s = (hashes * n + pos).argsort(-1).argsort(-1)  # (B, H, R, n): sorted index of each position
         h_q, s_q = hashes[..., n - t :], s[..., n - t :]
         same = h_q[..., :, None] == hashes[..., None, :]  # (B, H, R, Tq, n)
-        diff = s_q[..., :, None] - s[..., None, :]
-        member = same & (diff < self.chunk) & ((diff >= 0) if causal else (diff > -self.chunk))
+        if self.window == "chunks":  # its own chunk (0) or the one before (1)
+            back = s_q[..., :, None] // self.chunk - s[..., None, :] // self.chunk
+            member = same & ((back == 0) | (back == 1))
+        else:
+            diff = s_q[..., :, None] - s[..., None, :]
+            member = same & (diff < self.chunk) & ((diff >= 0) if causal else (diff > -self.chunk))
         duplicates = same.sum(2, keepdim=True).clamp(min=1)  # N_ij: rounds sharing a bucket
         scores = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)))[:, :, None] - duplicates.log()
         is_self = pos[n - t :, None] == pos[None, :]  # (Tq, n)
@@ -190,7 +218,7 @@ class LSHAttention(nn.Module):
 
         nc = math.ceil(n / c)
         pad = nc * c - n
-        before, after = c, 0 if causal else c
+        before, after = c, 0 if causal or self.window == "chunks" else c
         span = before + c + after  # keys of a chunk of queries: its chunk and the neighbours
 
         def as_queries(x: Tensor, fill: float) -> Tensor:  # (..., n, e) -> (..., nc, c, e)
@@ -204,7 +232,9 @@ class LSHAttention(nn.Module):
         i = torch.arange(nc * c, device=q.device).view(nc, c, 1)  # sorted index of each query
         j = torch.arange(nc, device=q.device)[:, None] * c - before + torch.arange(span, device=q.device)
         j = j.view(nc, 1, span)  # sorted index of each key
-        near = (i - j < c) & ((j <= i) if causal else (j - i < c)) & (j >= 0) & (j < n)  # (nc, c, span)
+        near = (j >= 0) & (j < n)  # (nc, c, span); "chunks": all of the chunk and the one before
+        if self.window == "sliding":
+            near = near & (i - j < c) & ((j <= i) if causal else (j - i < c))
         sorted_hashes = sort(hashes.transpose(-2, -1))  # (B, H, R, n, R): every round's bucket
         own = hashes.gather(-1, order)[..., None]  # (B, H, R, n, 1): this round's bucket
         same = as_queries(own, -1)[..., :, None] == as_keys(own, -2)[..., None, :, :]

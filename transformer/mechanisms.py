@@ -37,6 +37,7 @@ from transformer.feature_maps import EluFeatureMap, FavorFeatureMap
 from transformer.linear_attention import LinearAttention
 from transformer.linformer import LinformerAttention
 from transformer.local_attention import LocalAttention
+from transformer.lsh_attention import WINDOWS as LSH_WINDOWS
 from transformer.lsh_attention import LSHAttention
 from transformer.nystrom import NystromAttention
 
@@ -84,6 +85,7 @@ class AttentionConfig:
     buckets: int = 8  # lsh: hash buckets b, 1 or even
     rounds: int = 2  # lsh: hash rounds, each with its own random rotations
     chunk_length: int = 64  # lsh: sorted positions a query sees back (and forward unless causal)
+    lsh_window: str = "sliding"  # lsh: "sliding" (chunk_length each way) or "chunks" (Reformer's; encoder)
 
     def __post_init__(self) -> None:
         for role in ROLES:
@@ -107,6 +109,14 @@ class AttentionConfig:
                 raise ValueError(f"attention.{name} must be at least 1, not {getattr(self, name)}")
         if self.buckets > 1 and self.buckets % 2:
             raise ValueError(f"attention.buckets must be 1 or even, not {self.buckets}")
+        if self.lsh_window not in LSH_WINDOWS:
+            known = ", ".join(LSH_WINDOWS)
+            raise ValueError(f"attention.lsh_window is one of {known}, not {self.lsh_window!r}")
+        if self.lsh_window == "chunks" and self.decoder_self == "lsh":
+            raise ValueError(
+                "attention.lsh_window=chunks is for encoder_self: causal, a query's chunk would depend "
+                "on later tokens' buckets; decoder_self=lsh needs lsh_window=sliding"
+            )
         if self.redraw_interval < 0:
             raise ValueError(f"attention.redraw_interval must be 0 (never) or more: {self.redraw_interval}")
 
@@ -163,5 +173,7 @@ def build_mechanism(role: str, cfg: AttentionConfig, d_head: int, dropout: float
     if name == "nystrom":
         return NystromAttention(cfg.landmarks, dropout=dropout)
     if name == "lsh":
-        return LSHAttention(d_head, cfg.buckets, cfg.rounds, cfg.chunk_length, dropout=dropout)
+        return LSHAttention(
+            d_head, cfg.buckets, cfg.rounds, cfg.chunk_length, dropout=dropout, window=cfg.lsh_window
+        )
     raise ValueError(f"attention.{role}: unknown mechanism {name!r}")  # AttentionConfig refuses it first

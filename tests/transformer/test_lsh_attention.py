@@ -82,3 +82,37 @@ def test_hashes_are_fixed_saved_with_the_model_and_odd_buckets_refused():
     assert a.hash(x, None).max() < 4
     with pytest.raises(ValueError, match="even number of buckets"):
         LSHAttention(8, buckets=3, rounds=1, chunk=4)
+
+
+@pytest.mark.parametrize(("buckets", "rounds", "chunk"), [(4, 1, 3), (4, 3, 2), (2, 2, 4)], ids=str)
+def test_chunks_window_is_a_chunk_and_the_one_before_in_the_bucket(buckets, rounds, chunk):
+    """window="chunks" (Reformer's pattern): chunked == written out, and a query sees exactly the
+    keys of its bucket in its own chunk of sorted positions and the one before."""
+    torch.manual_seed(0)
+    q, k, v = _qkv()
+    mask = _key_mask(13)
+    attention = LSHAttention(8, buckets, rounds, chunk, window="chunks")
+    chunked, _ = attention(q, k, v, mask)
+    dense, weights = attention(q, k, v, mask, need_weights=True)
+    real = mask[:, :, 0, :, None]
+    torch.testing.assert_close(chunked * real, dense * real, atol=1e-5, rtol=1e-5)
+    hashes = attention.hash(torch.nn.functional.normalize(q, dim=-1), mask[:, :, 0, :])  # (B, H, R, n)
+    n = 13
+    order = (hashes * n + torch.arange(n)).argsort(-1)
+    chunk_of = order.argsort(-1) // chunk  # (B, H, R, n): the chunk of each position's sorted index
+    same = hashes[..., :, None] == hashes[..., None, :]
+    back = chunk_of[..., :, None] - chunk_of[..., None, :]
+    allowed = (same & ((back == 0) | (back == 1))).any(2)  # (B, H, n, n), over the rounds
+    eye = torch.eye(n, dtype=torch.bool)  # itself only when nothing else is allowed
+    allowed = allowed & ~eye | (allowed.sum(-1, keepdim=True) == 1) & eye
+    seen = weights > 1e-30
+    rows = mask[:, 0, 0, :, None].expand(2, n, n)[:, None].expand_as(seen)  # real queries only
+    assert torch.equal(seen[rows], allowed[rows])
+
+
+def test_chunks_window_refuses_causal_attention_and_unknown_windows():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="chunks window is for the encoder"):
+        LSHAttention(8, 2, 1, 4, window="chunks")(q, k, v, causal=True)
+    with pytest.raises(ValueError, match="window is one of sliding, chunks"):
+        LSHAttention(8, 2, 1, 4, window="rings")

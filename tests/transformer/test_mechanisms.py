@@ -33,6 +33,10 @@ MECHANISMS = {
     ),
     "nystrom": dict(encoder_self="nystrom", decoder_self="linear", cross="linear", landmarks=3),
     "lsh": dict(encoder_self="lsh", decoder_self="lsh", buckets=4, rounds=2, chunk_length=2),
+    # Reformer's chunks are for the encoder only: the decoder's self-attention is linear.
+    "lsh-chunks": dict(
+        encoder_self="lsh", decoder_self="linear", lsh_window="chunks", buckets=4, rounds=2, chunk_length=2
+    ),
 }
 EACH = pytest.mark.parametrize("attention", list(MECHANISMS.values()), ids=list(MECHANISMS))
 
@@ -81,6 +85,10 @@ def test_unknown_mechanisms_settings_and_dropout_without_weights_are_refused():
         AttentionConfig(window=0)
     with pytest.raises(ValueError, match="buckets must be 1 or even"):
         AttentionConfig(buckets=3)
+    with pytest.raises(ValueError, match="lsh_window is one of sliding, chunks, not 'ring'"):
+        AttentionConfig(lsh_window="ring")
+    with pytest.raises(ValueError, match="lsh_window=chunks is for encoder_self"):
+        AttentionConfig(encoder_self="lsh", decoder_self="lsh", lsh_window="chunks")
     with pytest.raises(ValueError, match="encoder_self=performer has no attention weights"):
         TransformerConfig(10, 10, attention_dropout=0.1, attention={"encoder_self": "performer"})
     assert set(ROLES) == {"encoder_self", "decoder_self", "cross"}
