@@ -2,6 +2,7 @@
 
     python bench/attention_reference.py
     python bench/attention_reference.py --lengths 256 1024 --pairs local lsh --roles encoder --scopes layer
+    python bench/attention_reference.py --from-json run1.json run2.json run3.json --median --plot ''
 
 Issue 23, item 2: "the same layer, shapes and settings" in ``performer-pytorch``, ``linformer``,
 ``nystrom-attention``, ``local-attention`` and ``reformer-pytorch`` (the ``bench`` extra, never a
@@ -40,13 +41,16 @@ the tests say where the outputs are equal and why not elsewhere:
   (and one forward unless causal), without the rotary embedding; in the layer ``LocalMHA`` (no
   biases). The same positions, on blocks of 31 (a length that is not a multiple is padded, ~9%
   more at 256; without a mask their last positions then attend to the padding).
-* lsh: ours ``buckets`` 8, ``rounds`` 2, ``chunk_length`` 64 sorted positions back and forward,
-  same-bucket keys only, duplicates counted = theirs ``LSHSelfAttention(bucket_size=64,
-  n_hashes=2, attend_across_buckets=False, allow_duplicate_attention=False)`` (its core:
-  reformer's ``LSHAttention``). Not the same: their bucket count is n / 64 (not a setting: 4 at
-  256, 256 at 16K), their rotations are drawn afresh at every call, and a chunk sees itself and
-  the chunk before (64 × 128 scores a chunk per round) where ours slides over 64 positions each
-  way (64 × 192; causal 64 × 128). Lengths must be multiples of 128 there.
+* lsh: ours ``rounds`` 2, ``chunk_length`` 64, same-bucket keys only, duplicates counted, set to
+  their scheme: ``buckets`` n / 64 (theirs has no other: 4 at 256, 256 at 16K) and, non-causal,
+  ``lsh_window="chunks"`` (a chunk of 64 sorted positions sees itself and the chunk before, 64 ×
+  128 scores a chunk per round; our default slides over 64 positions each way, 64 × 192) = theirs
+  ``LSHSelfAttention(bucket_size=64, n_hashes=2, attend_across_buckets=False,
+  allow_duplicate_attention=False)`` (its core: reformer's ``LSHAttention``). Causal, ours keeps
+  the sliding window (64 × 128 too: a fixed chunk would depend on later tokens). Not the same:
+  their rotations are drawn afresh at every call, their first chunk looks back at the last one,
+  and their duplicates are counted by chunk, ours by bucket. Lengths must be multiples of 128
+  there.
 
 Ratios: "speed" = their time / ours (≥ 1.0: ours is at least as fast), "memory" = ours / theirs
 (≤ 1.0: ours needs at most as much), at every length both ran. Not a test: the figures depend on
@@ -59,6 +63,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -107,6 +112,9 @@ def our_mechanism(pair: str, cfg: AttentionConfig, d_head: int, causal: bool, le
 
     role = ROLES["decoder" if causal else "encoder"]
     cfg = replace(cfg, **{role: pair}, max_length=max(length, cfg.max_length))
+    if pair == "lsh":  # reformer's scheme: n / chunk buckets; a chunk and the one before (encoder)
+        window = "sliding" if causal else "chunks"
+        cfg = replace(cfg, buckets=max(1, length // cfg.chunk_length), lsh_window=window)
     return build_mechanism(role, cfg, d_head, 0.0)
 
 
@@ -299,9 +307,47 @@ def _mib(r: dict | None) -> object:
     return "-" if r is None else r["peak_mib"] if r["status"] == "ok" else r["status"]
 
 
+def merge_runs(runs: list[list[dict]]) -> list[dict]:
+    """Several runs' results of the same configurations, one result each: the median time and
+    peak memory over the runs where it ran (``runs``: how many; ``run_seconds``: each run's time,
+    by run number, for the per-run speed ratios). A configuration that ran in no run keeps its
+    first run's status (OOM, timeout, refused)."""
+    groups: dict[tuple, list[dict]] = {}
+    for number, results in enumerate(runs):
+        for r in results:
+            key = (r["scope"], r["role"], r["pair"], r["impl"], r["length"])
+            groups.setdefault(key, []).append({**r, "run": number})
+    merged = []
+    for rs in groups.values():
+        ok = [r for r in rs if r["status"] == "ok"]
+        if not ok:
+            merged.append(rs[0])
+            continue
+        merged.append(
+            {
+                **ok[0],
+                "seconds": statistics.median(r["seconds"] for r in ok),
+                "peak_mib": statistics.median(r["peak_mib"] for r in ok),
+                "runs": len(ok),
+                "run_seconds": {r["run"]: r["seconds"] for r in ok},
+            }
+        )
+    return merged
+
+
+def _run_speeds(ours: dict | None, theirs: dict | None) -> object:
+    """Their time / ours in each run both ran, as "lowest-highest" ("-" for a single run)."""
+    if not ours or not theirs or "run_seconds" not in ours or "run_seconds" not in theirs:
+        return "-"
+    both = [k for k in ours["run_seconds"] if k in theirs["run_seconds"]]
+    ratios = [theirs["run_seconds"][k] / ours["run_seconds"][k] for k in both]
+    return f"{min(ratios):.2f}-{max(ratios):.2f} ({len(ratios)})" if len(ratios) > 1 else "-"
+
+
 def report(results: list[dict], lengths: list[int]) -> dict:
     """Tables per role x scope (ours against theirs at each length) and the issue's verdict; the summary."""
     summary = {}
+    repeated = any("run_seconds" in r for r in results)  # merged runs: medians, and each run's ratio
     groups = sorted(
         {(r["scope"], r["role"]) for r in results}, key=lambda g: (g[0] != "layer", list(ROLES).index(g[1]))
     )
@@ -334,9 +380,8 @@ def report(results: list[dict], lengths: list[int]) -> dict:
                     if short:
                         failed.append(f"{n}: {', '.join(short)}")
                     ours["speed_vs_theirs"], ours["memory_vs_theirs"] = speed, memory
-                table.append(
-                    [pair, n, _ms(ours), _ms(theirs), speed, _mib(ours), _mib(theirs), memory, verdict]
-                )
+                row = [pair, n, _ms(ours), _ms(theirs), speed, _mib(ours), _mib(theirs), memory, verdict]
+                table.append(row + ([_run_speeds(ours, theirs)] if repeated else []))
             both = (
                 "no length that both ran"
                 if not compared
@@ -347,7 +392,8 @@ def report(results: list[dict], lengths: list[int]) -> dict:
             verdicts.append([pair, PACKAGES[pair][0], compared, both])
         print_table(
             ["pair", "length", "ours ms", "theirs ms", "speed (theirs/ours)", "ours MiB", "theirs MiB",
-             "memory (ours/theirs)", "≥ 1.0× speed, ≤ 1.0× memory"],
+             "memory (ours/theirs)", "≥ 1.0× speed, ≤ 1.0× memory"]
+            + (["speed in each run (runs)"] if repeated else []),
             table,
         )  # fmt: skip
         print("ours ≥ 1.0× their speed and ≤ 1.0× their memory at every length both ran:")
@@ -423,6 +469,9 @@ def main() -> None:
         "--json", default="attention_reference", help="results file: bench/results/<name>.json"
     )
     parser.add_argument("--from-json", nargs="+", help="only print the tables (and plot) of these results")
+    parser.add_argument(
+        "--median", action="store_true", help="with --from-json: the files are repeated runs; report medians"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -430,7 +479,9 @@ def main() -> None:
         print(json.dumps(run_child(json.loads(args.child))), flush=True)
         return
     if args.from_json:  # several runs' results together, e.g. the roles or scopes run one by one
-        results = [r for path in args.from_json for r in json.loads(Path(path).read_text())["results"]]
+        runs = [json.loads(Path(path).read_text())["results"] for path in args.from_json]
+        # The same configuration in several files: repeated runs, reported by their medians.
+        results = merge_runs(runs) if args.median else [r for run in runs for r in run]
         lengths = sorted({r["length"] for r in results})
         report(results, lengths)
         if args.plot:

@@ -21,9 +21,10 @@ Where the mathematics differs, the test makes it the same and says how:
   w' = w − 1. Their blocks are then w − 1 wide, and a length that is not a multiple is padded at
   the end, where, without a mask, the padding is attended to: equal at multiples of w − 1, or at
   any length with a mask of real positions given to theirs.
-* lsh: theirs hashes into n / bucket_size buckets (not a setting), drawing the random rotations
-  afresh at every call, and a query sees its chunk of the sorted order and the chunk before it
-  (fixed chunks); ours sees the ``chunk`` sorted positions on either side (a sliding window).
+* lsh: theirs hashes into n / bucket_size buckets (not a setting; the benchmark sets ours to
+  it), drawing the random rotations afresh at every call, and a query sees its chunk of the
+  sorted order and the chunk before it (fixed chunks: ours with ``lsh_window="chunks"``, which
+  the benchmark uses non-causal; causal, ours slides over ``chunk`` sorted positions back).
   The same when every bucket is exactly one chunk: two buckets of n / 2 positions in every
   round, built here by choosing queries on known sides of the rotations, which are drawn from
   the same seed. Causal: not the position(s) that come first in their bucket in every round,
@@ -339,3 +340,26 @@ def test_attention_reference_smoke(tmp_path):
         ("lsh", "ours", "ok"),
         ("lsh", "theirs", "refused"),
     ]
+
+
+def test_repeated_runs_are_reported_by_their_medians():
+    """``--from-json ... --median``: one result per configuration, its median over the runs that
+    ran it, with each run's time kept for the per-run ratios; one that never ran keeps its status."""
+    from bench.attention_reference import _run_speeds, merge_runs
+
+    def result(impl, seconds, status="ok", length=256):
+        return dict(scope="layer", role="encoder", pair="lsh", impl=impl, length=length,
+                    status=status, seconds=seconds, peak_mib=10.0 * seconds)  # fmt: skip
+
+    runs = [
+        [result("ours", 1.0), result("theirs", 2.0), result("ours", 0.0, "timeout", 512)],
+        [result("ours", 3.0), result("theirs", 2.5), result("ours", 0.0, "timeout", 512)],
+        [result("ours", 2.0), result("theirs", 0.0, "OOM")],
+    ]
+    merged = {(r["impl"], r["length"]): r for r in merge_runs(runs)}
+    assert len(merged) == 3
+    ours, theirs = merged["ours", 256], merged["theirs", 256]
+    assert (ours["seconds"], ours["peak_mib"], ours["runs"]) == (2.0, 20.0, 3)
+    assert (theirs["seconds"], theirs["runs"]) == (2.25, 2)
+    assert merged["ours", 512]["status"] == "timeout"
+    assert _run_speeds(ours, theirs) == "0.83-2.00 (2)"  # runs 0 and 1: 2/1 and 2.5/3
