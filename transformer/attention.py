@@ -267,7 +267,15 @@ class MultiHeadAttention(nn.Module):
         return self._project_out(out), weights
 
     def _project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """[batch, len, d_model] -> queries, keys, values, each [batch, heads, len, d_head]."""
+        """[batch, len, d_model] -> queries, keys, values, each [batch, heads, len, d_head].
+
+        A mechanism whose keys are its queries (``shared_qk``: LSH) gets the queries as keys, and
+        the key rows of ``in_proj`` are not multiplied (a third of the projection's work).
+        """
+        if getattr(self.mechanism, "shared_qk", False):
+            d, w, b = self.d_model, self.in_proj.weight, self.in_proj.bias
+            q = self._split_heads(self._project_q(x))
+            return q, q, self._split_heads(self.packed.linear("v", x, w[2 * d :], b[2 * d :]))
         qkv = self.packed.linear("qkv", x, self.in_proj.weight, self.in_proj.bias)  # (B, T, 3D)
         q, k, v = qkv.chunk(3, dim=-1)
         return self._split_heads(q), self._split_heads(k), self._split_heads(v)

@@ -34,9 +34,10 @@ Decoding (causal self-attention) keeps a K/V cache (:class:`LSHCache`: the norma
 values and their hashes) and scores a new query against all cached keys, masked to its set P_i:
 O(n·d) per step, as softmax's cache.
 
-The mechanism ignores the keys ``MultiHeadAttention`` projects (it uses the queries), so
-``MultiHeadAttention`` needs no change: the key rows of that layer's ``in_proj`` get a zero
-gradient (they are one parameter with the query and value rows, so DDP finds no unused one).
+The mechanism says ``shared_qk``: ``MultiHeadAttention`` then projects no keys and passes the
+queries in their place (the mechanism uses the queries either way). The key rows of that
+layer's ``in_proj`` get a zero gradient (they are one parameter with the query and value rows,
+so DDP finds no unused one).
 
 Computed in fp32 whatever the autocast: a bucket must not change with the precision.
 """
@@ -108,6 +109,8 @@ class LSHAttention(nn.Module):
         window: ``"sliding"`` (c sorted positions each way) or ``"chunks"`` (a query's chunk and the
             one before; non-causal only).
     """
+
+    shared_qk = True  # keys are the normalised queries: MultiHeadAttention projects none
 
     def __init__(
         self,
@@ -227,8 +230,9 @@ class LSHAttention(nn.Module):
         def as_keys(x: Tensor, fill: float) -> Tensor:  # (..., n, e) -> (..., nc, e, span)
             return F.pad(x, (0, 0, before, pad + after), value=fill).unfold(-2, span, c)
 
-        sq, sk, sv = sort(q), sort(k), sort(v)  # (B, H, R, n, d)
-        scores = as_queries(sq, 0.0) @ as_keys(sk, 0.0) / math.sqrt(d)  # (B, H, R, nc, c, span)
+        # The 1/√d scale on the queries: n·d values, not the R·n·span scores.
+        sq, sk, sv = sort(q / math.sqrt(d)), sort(k), sort(v)  # (B, H, R, n, d)
+        scores = as_queries(sq, 0.0) @ as_keys(sk, 0.0)  # (B, H, R, nc, c, span)
         i = torch.arange(nc * c, device=q.device).view(nc, c, 1)  # sorted index of each query
         j = torch.arange(nc, device=q.device)[:, None] * c - before + torch.arange(span, device=q.device)
         j = j.view(nc, 1, span)  # sorted index of each key
@@ -239,14 +243,15 @@ class LSHAttention(nn.Module):
         own = hashes.gather(-1, order)[..., None]  # (B, H, R, n, 1): this round's bucket
         same = as_queries(own, -1)[..., :, None] == as_keys(own, -2)[..., None, :, :]
         same = same.squeeze(-2)  # (B, H, R, nc, c, span): in the query's bucket
-        # N_ij: rounds in which i and j share a bucket.
-        hq, hk = as_queries(sorted_hashes, -1), as_keys(sorted_hashes, -2)  # (.., c, R), (.., R, span)
-        duplicates = sum(hq[..., s, None] == hk[..., s, None, :] for s in range(r))  # one round at a time
-        scores = scores - duplicates.clamp(min=1).log()
-        positions = order[..., None]  # (B, H, R, n, 1)
-        is_self = (
-            as_queries(positions, -1)[..., :, None] == as_keys(positions, -2)[..., None, :, :]
-        ).squeeze(-2)
+        if r > 1:  # N_ij: rounds in which i and j share a bucket (1 with one round: log 1 = 0)
+            hq, hk = as_queries(sorted_hashes, -1), as_keys(sorted_hashes, -2)  # (.., c, R), (.., R, span)
+            # Counted in the scores' dtype, in place, one round at a time: exact small integers.
+            duplicates = (hq[..., 0, None] == hk[..., 0, None, :]).to(scores.dtype)
+            for s in range(1, r):
+                duplicates += hq[..., s, None] == hk[..., s, None, :]
+            scores = scores - duplicates.clamp_(min=1).log_()
+        # A query's own key is the key at its own sorted index: a round's order is a permutation.
+        is_self = i == j  # (nc, c, span)
         scores = scores.masked_fill(is_self, SELF).masked_fill(~(near & same), NEG)
         z = scores.logsumexp(-1, keepdim=True)  # (B, H, R, nc, c, 1): z_r(i)
         weights = (scores - z).exp()

@@ -116,3 +116,28 @@ def test_chunks_window_refuses_causal_attention_and_unknown_windows():
         LSHAttention(8, 2, 1, 4, window="chunks")(q, k, v, causal=True)
     with pytest.raises(ValueError, match="window is one of sliding, chunks"):
         LSHAttention(8, 2, 1, 4, window="rings")
+
+
+@pytest.mark.parametrize("inference", [False, True], ids=["autograd", "no-grad-packed"])
+def test_the_layer_projects_no_keys_for_shared_qk(inference):
+    """``MultiHeadAttention`` around LSH multiplies only the query and value rows of ``in_proj``;
+    the output is the mechanism's on those projections, and the key rows get a zero gradient."""
+    from transformer.attention import MultiHeadAttention
+
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(16, 2, mechanism=LSHAttention(8, buckets=2, rounds=2, chunk=3))
+    torch.nn.init.normal_(layer.in_proj.bias)
+    x = torch.randn(2, 9, 16, requires_grad=not inference)
+    w, b = layer.in_proj.weight, layer.in_proj.bias
+    heads = lambda t: t.view(2, 9, 2, 8).transpose(1, 2)  # noqa: E731
+    q, v = heads(x @ w[:16].T + b[:16]), heads(x @ w[32:].T + b[32:])
+    expected = layer.out_proj(layer.mechanism(q, None, v)[0].transpose(1, 2).reshape(2, 9, 16))
+    if inference:
+        layer.packed.enabled = True
+        with torch.no_grad():
+            torch.testing.assert_close(layer.self_attention(x)[0], expected, atol=1e-5, rtol=1e-5)
+        return
+    out = layer.self_attention(x)[0]
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    out.sum().backward()
+    assert (w.grad[16:32] == 0).all() and (w.grad[:16] != 0).any() and (w.grad[32:] != 0).any()
