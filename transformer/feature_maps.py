@@ -24,7 +24,7 @@ class EluFeatureMap(nn.Module):
     """φ(x) = elu(x) + 1 (equation (7)): positive, so the normaliser φ(q)·Σφ(k) never vanishes."""
 
     def forward(self, x: Tensor, is_query: bool) -> Tensor:
-        return F.elu(x) + 1.0
+        return F.elu(x).add_(1.0)  # in place: elu's gradient is computed from x, not its output
 
     def redraw(self) -> None:
         """Nothing to redraw."""
@@ -87,8 +87,44 @@ class FavorFeatureMap(nn.Module):
 
     def forward(self, x: Tensor, is_query: bool) -> Tensor:
         """x: [..., len, d] -> φ(x) [..., len, m] (in x's dtype, fp32 in practice)."""
-        x = x * self.d_head**-0.25  # exp(q·k/√d) = exp((q d^-1/4)·(k d^-1/4))
-        u = x @ self.omega.to(x.dtype).T - 0.5 * (x * x).sum(-1, keepdim=True)  # (..., len, m)
-        if is_query:
-            u = u - u.amax(-1, keepdim=True).detach()  # per-query constant: cancels in the ratio
-        return torch.exp(u) / math.sqrt(self.n_features)
+        # exp(q·k/√d) = exp((q d^-1/4)·(k d^-1/4)): the d^-1/4 goes into ω, an [m, d] product
+        return PositiveRandomFeatures.apply(x, self.omega.to(x.dtype) * self.d_head**-0.25, is_query)
+
+
+class PositiveRandomFeatures(torch.autograd.Function):
+    """φ(x) = exp(x·w_i - s²|x|²/2 - c)_{i=1..m} / √m for w = s·ω, s = d^-1/4, with its gradient.
+
+    c = 0 for keys; for a query, its largest exponent (a constant of that query, held fixed by
+    the gradient like any stabiliser: it cancels in attention's normalisation). Written out,
+    autograd would keep the [len, m] product, its exponent and the exp for backward, and run five
+    elementwise passes over them; here one [len, m] product is overwritten in place, and the
+    gradient needs only φ and x:
+
+        ∂L/∂x = (g ⊙ φ) w - s² x Σ_i (g ⊙ φ)_i        (∂φ_i/∂x = φ_i (w_i - s² x)),
+
+    a matrix product and one pass. ω is a buffer (drawn, never trained): it gets no gradient.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, w: Tensor, is_query: bool) -> Tensor:
+        """x: [..., len, d], w: [m, d] (ω scaled by d^-1/4) -> φ(x) [..., len, m]."""
+        u = x @ w.T  # (..., len, m)
+        log_sqrt_m = 0.5 * math.log(w.size(0))
+        if is_query:  # exp(u - |x|²/2 - max_i(u_i - |x|²/2)) = exp(u - max_i u_i): |x|² drops out
+            u -= u.amax(-1, keepdim=True) + log_sqrt_m
+        else:
+            s2 = w.size(1) ** -0.5  # s², the square of ω's scale d^-1/4
+            u -= (0.5 * s2) * (x * x).sum(-1, keepdim=True) + log_sqrt_m
+        phi = u.exp_()
+        ctx.save_for_backward(x, w, phi)
+        return phi
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, None, None]:
+        x, w, phi = ctx.saved_tensors
+        if not ctx.needs_input_grad[0]:
+            return None, None, None
+        g_phi = grad * phi  # (..., len, m)
+        s2 = w.size(1) ** -0.5
+        grad_x = g_phi @ w - (s2 * x) * g_phi.sum(-1, keepdim=True)  # (..., len, d)
+        return grad_x, None, None

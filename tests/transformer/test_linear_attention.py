@@ -1,11 +1,14 @@
 """Linear attention, Performer: the factored sums equal the kernel written out; FAVOR+ estimates softmax."""
 
+import copy
+
 import pytest
 import torch
 
+import transformer.linear_attention
 from transformer.attention import scaled_dot_product_attention
 from transformer.feature_maps import EluFeatureMap, FavorFeatureMap, orthogonal_gaussian
-from transformer.linear_attention import LinearAttention, causal_linear
+from transformer.linear_attention import ExclusivePrefixSum, LinearAttention, causal_linear, with_ones
 
 
 def _qkv(b=2, h=2, tq=11, tk=11, d=8, scale=1.0):
@@ -63,12 +66,50 @@ def test_rnn_state_step_by_step_equals_the_prefix_sums(chunk):
 
 
 def test_prefix_sums_continue_from_a_state():
-    fq, fk, v = torch.rand(1, 1, 10, 4), torch.rand(1, 1, 10, 4), torch.randn(1, 1, 10, 3)
-    whole, s, z = causal_linear(fq, fk, v, None, None, chunk=3)
-    first, s1, z1 = causal_linear(fq[:, :, :6], fk[:, :, :6], v[:, :, :6], None, None, chunk=4)
-    rest, s2, z2 = causal_linear(fq[:, :, 6:], fk[:, :, 6:], v[:, :, 6:], s1, z1, chunk=4)
+    fq, fk, v1 = torch.rand(1, 1, 10, 4), torch.rand(1, 1, 10, 4), with_ones(torch.randn(1, 1, 10, 3))
+    whole, sz = causal_linear(fq, fk, v1, None, chunk=3)
+    first, sz1 = causal_linear(fq[:, :, :6], fk[:, :, :6], v1[:, :, :6], None, chunk=4)
+    rest, sz2 = causal_linear(fq[:, :, 6:], fk[:, :, 6:], v1[:, :, 6:], sz1, chunk=4)
     torch.testing.assert_close(torch.cat([first, rest], 2), whole)
-    torch.testing.assert_close((s2, z2), (s, z))
+    torch.testing.assert_close(sz2, sz)
+
+
+@pytest.mark.parametrize("chunks", [1, 2, 5])
+def test_exclusive_prefix_sums_and_their_gradient(chunks):
+    x = torch.randn(2, 3, chunks, 4, 5, dtype=torch.float64, requires_grad=True)
+    expected = x.cumsum(2) - x
+    torch.testing.assert_close(ExclusivePrefixSum.apply(x), expected)
+    assert torch.autograd.gradcheck(ExclusivePrefixSum.apply, (x,))
+
+
+@pytest.mark.parametrize("is_query", [True, False])
+def test_favor_features_and_their_gradient_equal_the_formula_written_out(is_query):
+    """The fused φ(x) and its hand-written gradient == exp(ω·x/d^¼ - |x|²/(2√d) - c)/√m under autograd."""
+    torch.manual_seed(0)
+    feature_map = FavorFeatureMap(8, 20).double()
+    x = torch.randn(2, 3, 7, 8, dtype=torch.float64, requires_grad=True)
+    xs = x * 8**-0.25
+    u = xs @ feature_map.omega.T - 0.5 * (xs * xs).sum(-1, keepdim=True)
+    if is_query:
+        u = u - u.amax(-1, keepdim=True).detach()  # the stabiliser, held fixed by the gradient
+    written = torch.exp(u) / 20**0.5
+    fused = feature_map(x, is_query)
+    torch.testing.assert_close(fused, written)
+    g = torch.randn_like(written)
+    torch.testing.assert_close(torch.autograd.grad(fused, x, g)[0], torch.autograd.grad(written, x, g)[0])
+    if not is_query:  # no stabiliser: the gradient is φ's own, numerically
+        assert torch.autograd.gradcheck(lambda x: feature_map(x, False), (x,))
+
+
+@FEATURE_MAPS
+@pytest.mark.parametrize("causal", [False, True])
+def test_gradients_of_linear_attention_are_exact(feature_map, causal, monkeypatch):
+    """gradcheck in float64, chunks crossed. ε = 0 so that a query's stabiliser, which the gradient
+    holds fixed, cancels exactly in the normalisation, as it does in the numerical derivative."""
+    monkeypatch.setattr(transformer.linear_attention, "EPS", 0.0)
+    attention = LinearAttention(copy.deepcopy(feature_map).double(), chunk=4).eval()
+    q, k, v = (x.double().requires_grad_() for x in _qkv(b=1, tq=9, tk=9))
+    assert torch.autograd.gradcheck(lambda q, k, v: attention(q, k, v, None, causal)[0], (q, k, v))
 
 
 def test_performer_error_against_softmax_falls_as_features_grow():
