@@ -38,6 +38,14 @@ def _masked_softmax(scores: Tensor, allowed: Tensor) -> Tensor:
     return scores.softmax(dim=-1)
 
 
+def _pad_rows(x: Tensor, before: int, after: int, value: float | bool = 0.0) -> Tensor:
+    """x padded with ``before`` and ``after`` rows along dim -2 (dim -1 for a 1-d mask); x itself
+    when both are 0 (``F.pad`` would copy it)."""
+    if not before and not after:
+        return x
+    return F.pad(x, (before, after) if x.dtype == torch.bool else (0, 0, before, after), value=value)
+
+
 def banded_attention(
     q: Tensor,
     k: Tensor,
@@ -63,23 +71,23 @@ def banded_attention(
     pad = nb * window - n
     before, after = window, 0 if causal else window
     span = before + window + after  # keys of a block of queries: the block and its neighbours
-    qb = F.pad(q, (0, 0, 0, pad)).view(*lead, nb, window, d)  # (..., nb, w, d)
-    kb = F.pad(k, (0, 0, before, pad + after)).unfold(-2, span, window)  # (..., nb, d, span)
-    vb = F.pad(v, (0, 0, before, pad + after)).unfold(-2, span, window)  # (..., nb, d, span)
-    scores = (qb @ kb) / math.sqrt(d)  # (..., nb, w, span)
+    qb = _pad_rows(q / math.sqrt(d), 0, pad).view(*lead, nb, window, d)  # (..., nb, w, d), scaled
+    kb = _pad_rows(k, before, pad + after).unfold(-2, span, window)  # (..., nb, d, span)
+    vb = _pad_rows(v, before, pad + after).unfold(-2, span, window)  # (..., nb, d, span)
+    scores = qb @ kb  # (..., nb, w, span): q·k/√d
     i = torch.arange(nb * window, device=q.device).view(nb, window, 1)
     j = torch.arange(nb, device=q.device)[:, None] * window - before + torch.arange(span, device=q.device)
     j = j.view(nb, 1, span)
     allowed = (i - j < window) & (j <= i if causal else j - i < window) & (j >= 0) & (j < n)  # (nb, w, span)
     if valid is not None:
-        key_ok = F.pad(valid, (before, pad + after), value=False).unfold(-1, span, window)  # (..., nb, span)
+        key_ok = _pad_rows(valid, before, pad + after, False).unfold(-1, span, window)  # (..., nb, span)
         allowed = allowed & key_ok[..., :, None, :]
     if stride:
         # Summary positions l-1, 2l-1, ... outside the window (those inside are already there).
         ks, vs = k[..., stride - 1 :: stride, :], v[..., stride - 1 :: stride, :]  # (..., ns, d)
         js = torch.arange(ks.size(-2), device=q.device) * stride + stride - 1  # (ns,)
         flat_q = qb.reshape(*lead, nb * window, d)
-        s_scores = (flat_q @ ks.transpose(-2, -1) / math.sqrt(d)).view(*lead, nb, window, -1)
+        s_scores = (flat_q @ ks.transpose(-2, -1)).view(*lead, nb, window, -1)  # q already scaled
         far = (i - js >= window) if causal else ((i - js).abs() >= window)  # (nb, w, ns)
         s_allowed = far
         if valid is not None:
@@ -189,7 +197,7 @@ class LocalAttention(nn.Module):
             valid = torch.ones(b, 1, n, dtype=torch.bool, device=q.device)
 
         def classes(x: Tensor) -> Tensor:  # (..., n, c) -> (..., δ, m, c)
-            x = F.pad(x, (0, 0, 0, pad))
+            x = _pad_rows(x, 0, pad)
             return x.view(*x.shape[:-2], m, dil, x.size(-1)).transpose(-3, -2)
 
         if valid is not None:
