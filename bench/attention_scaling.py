@@ -329,14 +329,17 @@ def plot(results: list[dict], path: Path, lengths: list[int]) -> None:
         print("no core/encoder/fp32 results to plot")
         return
     fig, axes = plt.subplots(1, 2, figsize=(12, 5))
-    for name in dict.fromkeys(r["mechanism"] for r in chosen):
+    names = list(dict.fromkeys(r["mechanism"] for r in chosen))
+    colours = plt.get_cmap("tab20").colors[::2] + plt.get_cmap("tab20").colors[1::2]  # 20, no repeat
+    for name, colour in zip(names, colours, strict=False):
         ok = sorted((r["length"], r) for r in chosen if r["mechanism"] == name and r["status"] == "ok")
         if not ok:
             continue
         style = "--" if name in QUADRATIC else "-"
         xs = [n for n, _ in ok]
-        axes[0].plot(xs, [r["seconds"] * 1e3 for _, r in ok], style, marker="o", label=name)
-        axes[1].plot(xs, [max(r["peak_mib"], 0.1) for _, r in ok], style, marker="o", label=name)
+        kw = dict(color=colour, marker="o", label=name)
+        axes[0].plot(xs, [r["seconds"] * 1e3 for _, r in ok], style, **kw)
+        axes[1].plot(xs, [max(r["peak_mib"], 0.1) for _, r in ok], style, **kw)
     for ax, label in zip(axes, ("ms per forward + backward", "peak MiB above baseline"), strict=True):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
