@@ -38,12 +38,10 @@ def _masked_softmax(scores: Tensor, allowed: Tensor) -> Tensor:
     return scores.softmax(dim=-1)
 
 
-def _pad_rows(x: Tensor, before: int, after: int, value: float | bool = 0.0) -> Tensor:
-    """x padded with ``before`` and ``after`` rows along dim -2 (dim -1 for a 1-d mask); x itself
-    when both are 0 (``F.pad`` would copy it)."""
-    if not before and not after:
-        return x
-    return F.pad(x, (before, after) if x.dtype == torch.bool else (0, 0, before, after), value=value)
+def _pad_rows(x: Tensor, before: int, after: int) -> Tensor:
+    """x [..., n, c] with ``before`` and ``after`` rows of zeros; x itself when both are 0
+    (``F.pad`` would copy it)."""
+    return F.pad(x, (0, 0, before, after)) if before or after else x
 
 
 def banded_attention(
@@ -80,7 +78,7 @@ def banded_attention(
     j = j.view(nb, 1, span)
     allowed = (i - j < window) & (j <= i if causal else j - i < window) & (j >= 0) & (j < n)  # (nb, w, span)
     if valid is not None:
-        key_ok = _pad_rows(valid, before, pad + after, False).unfold(-1, span, window)  # (..., nb, span)
+        key_ok = F.pad(valid, (before, pad + after), value=False).unfold(-1, span, window)  # (..., nb, span)
         allowed = allowed & key_ok[..., :, None, :]
     if stride:
         # Summary positions l-1, 2l-1, ... outside the window (those inside are already there).
