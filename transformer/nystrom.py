@@ -18,7 +18,9 @@ padded positions to none, so padded queries and keys contribute nothing to the l
 padded keys nothing to softmax(Q̃Kᵀ). With m ≥ L every token is its own segment (the landmarks
 are the queries and keys themselves, the rest empty), and Ŝ = S up to the pseudo-inverse's
 iteration. An empty segment's landmark is masked as a key and given an identity row in A, so
-it drops out of the product. Computed in fp32 whatever the autocast (the iteration would not
+it drops out of the product. Without padding, and with n a multiple of m, the segments are
+equal runs of n/m positions and their means are taken by a reshape, without the n × m one-hot
+products (the same landmarks). Computed in fp32 whatever the autocast (the iteration would not
 converge in bf16).
 
 Encoder self-attention only (``mechanisms.REFUSED``): the landmarks average over the whole
@@ -90,17 +92,24 @@ class NystromAttention(nn.Module):
         dtype = v.dtype
         with torch.autocast(q.device.type, enabled=False):
             q, k, v = q.float() / math.sqrt(d), k.float(), v.float()  # 1/√d once, on the queries
-            if mask is None:
-                lengths = torch.full((b,), n, device=q.device)
-                valid = None
+            if mask is None and n % m == 0:
+                # Unpadded, n a multiple of m: segment j is positions j·n/m .. (j+1)·n/m − 1, so
+                # the means are a reshape and a mean, no one-hot matrix (the same landmarks).
+                q_land = q.unflatten(2, (m, n // m)).mean(3)  # (B, H, m, d): equation (14)
+                k_land = k.unflatten(2, (m, n // m)).mean(3)
+                present = key_ok = None  # every landmark has a segment; no key is padded
             else:
-                valid = mask[:, :, 0, :]  # (B, 1, n)
-                lengths = valid[:, 0].sum(-1)
-            seg = segments(n, m, lengths).float()  # (B, n, m)
-            counts = seg.sum(1)  # (B, m)
-            present = (counts > 0)[:, None, None, :]  # (B, 1, 1, m): landmarks with a segment
-            means = seg.transpose(-2, -1)[:, None] / counts.clamp(min=1)[:, None, :, None]  # (B, 1, m, n)
-            q_land, k_land = means @ q, means @ k  # (B, H, m, d): equation (14)
+                if mask is None:
+                    lengths = torch.full((b,), n, device=q.device)
+                    key_ok = None
+                else:
+                    key_ok = mask[:, :, 0, :][..., None, :]  # (B, 1, 1, n)
+                    lengths = key_ok[:, 0, 0].sum(-1)
+                seg = segments(n, m, lengths).float()  # (B, n, m)
+                counts = seg.sum(1)  # (B, m)
+                present = (counts > 0)[:, None, None, :]  # (B, 1, 1, m): landmarks with a segment
+                means = seg.transpose(-2, -1)[:, None] / counts.clamp(min=1)[:, None, :, None]  # (B, 1, m, n)
+                q_land, k_land = means @ q, means @ k  # (B, H, m, d): equation (14)
 
             def softmax(scores: Tensor, allowed: Tensor | None) -> Tensor:
                 if allowed is not None:
@@ -109,9 +118,8 @@ class NystromAttention(nn.Module):
 
             kernel_1 = softmax(q @ k_land.transpose(-2, -1), present)  # (B, H, n, m)
             kernel_2 = softmax(q_land @ k_land.transpose(-2, -1), present)  # (B, H, m, m)
-            eye = torch.eye(m, device=q.device)
-            kernel_2 = torch.where(present.transpose(-2, -1), kernel_2, eye)  # empty landmark: identity row
-            key_ok = None if valid is None else valid[..., None, :]  # (B, 1, 1, n)
+            if present is not None:  # an empty landmark gets an identity row
+                kernel_2 = torch.where(present.transpose(-2, -1), kernel_2, torch.eye(m, device=q.device))
             kernel_3 = softmax(q_land @ k.transpose(-2, -1), key_ok)  # (B, H, m, n)
             if self.training and self.dropout > 0.0:
                 kernel_1 = nn.functional.dropout(kernel_1, p=self.dropout)

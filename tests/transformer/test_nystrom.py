@@ -50,6 +50,24 @@ def test_a_sentence_is_the_same_alone_and_padded():
     torch.testing.assert_close(padded[:, :, :7], alone, atol=1e-5, rtol=1e-5)
 
 
+def test_unpadded_segments_by_reshape_are_the_one_hot_means():
+    """Without a mask and with n a multiple of m, the landmarks are a reshape's means; a mask with
+    every key real takes the one-hot route. Outputs and gradients agree (to fp32's rounding: the
+    mechanism computes in fp32)."""
+    torch.manual_seed(0)
+    leaves = [t.requires_grad_() for t in _qkv(n=12)]
+    everything = torch.ones(2, 1, 1, 12, dtype=torch.bool)
+    attention = NystromAttention(landmarks=4)
+    by_reshape, _ = attention(*leaves)
+    by_one_hot, _ = attention(*leaves, everything)
+    torch.testing.assert_close(by_reshape, by_one_hot, atol=1e-5, rtol=1e-5)
+    g = torch.randn_like(by_reshape)
+    first = torch.autograd.grad(by_reshape, leaves, g)
+    second = torch.autograd.grad(by_one_hot, leaves, g)
+    for a, b in zip(first, second, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
 def test_causal_use_is_refused():
     with pytest.raises(ValueError, match="cannot be causal"):
         NystromAttention(4)(*_qkv(), causal=True)
