@@ -47,3 +47,25 @@ def test_a_sequence_longer_than_the_projections_and_causal_use_are_refused():
         LinformerAttention(4, max_length=8)(q, k, v)
     with pytest.raises(ValueError, match="cannot be causal"):
         LinformerAttention(4, max_length=16)(q, k, v, causal=True)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "split from a projection"])
+def test_the_heads_projected_at_once_are_each_heads_own_product(layout):
+    """E K for all heads in one product equals E K_h head by head, whatever the keys' strides
+    (the layer hands over views of its fused Q/K/V projection), values and gradients alike."""
+    torch.manual_seed(0)
+    b, h, n, d = 2, 3, 9, 4
+    if layout == "contiguous":
+        k = torch.randn(b, h, n, d, dtype=torch.float64, requires_grad=True)
+        heads = k
+    else:
+        k = torch.randn(b, n, 3 * h * d, dtype=torch.float64, requires_grad=True)
+        heads = k[..., h * d : 2 * h * d].unflatten(-1, (h, d)).transpose(1, 2)  # (B, H, n, d) view
+    attention = LinformerAttention(projected_length=5, max_length=12).double()
+    projected, _ = attention.project(heads, heads, None)
+    expected = torch.stack([attention.e[:, :n] @ heads[:, i] for i in range(h)], dim=1)
+    torch.testing.assert_close(projected, expected)
+    g = torch.randn_like(projected)
+    torch.testing.assert_close(
+        torch.autograd.grad(projected, k, g)[0], torch.autograd.grad(expected, k, g)[0]
+    )
