@@ -16,7 +16,11 @@ and Nyström project inside their layer's ``forward``, so layer only). Roles: ``
 (Performer, local, LSH). Each configuration runs in its own child process through
 ``bench/attention_scaling.py``'s machinery (``run_config``: a time limit, an address-space cap,
 ``OOM`` and ``timeout`` reported, not dropped; ``measure``: the timing loop, peak memory as the
-child's VmHWM minus its VmRSS after building the module and inputs).
+child's VmHWM minus its VmRSS after building the module and inputs). The speed ratio comes
+from one more child where both ran (``--speed in-turn``, the default): ours and theirs timed in
+turn, call by call, and the median of their time / ours over the pairs of calls, so that a slow
+spell of the shared machine falls on both instead of on whichever child ran in it (separate
+children, ``--speed separate``, gave ratios that moved by ±10% between runs of the same code).
 
 Theirs are configured with our defaults (``AttentionConfig``), mapped to their nearest setting;
 the tests say where the outputs are equal and why not elsewhere:
@@ -66,6 +70,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -243,57 +248,101 @@ def reference_layer(
 # ------------------------------------------------------------------------------------- the child
 
 
-def run_child(spec: dict) -> dict:
-    """One configuration, measured in this process: the result's dict (printed as JSON by main)."""
+def build(spec: dict, impl: str) -> tuple[nn.Module, list[Tensor], Callable[[], Tensor]]:
+    """Implementation ``impl`` (ours or theirs) of ``spec``: its module, its input leaves and a
+    call that runs it forward on them. Raises ValueError for a setting one of them refuses."""
     import torch
 
     from transformer.mechanisms import AttentionConfig
 
-    set_threads(spec["threads"])
-    torch.manual_seed(0)
     pair, n, scope = spec["pair"], spec["length"], spec["scope"]
     causal = spec["role"] == "decoder"
     d_model, heads = spec["d_model"], spec["heads"]
     d_head = d_model // heads
     cfg = AttentionConfig()
-    try:
-        if spec["impl"] == "ours" and scope == "layer":
-            module = our_layer(pair, cfg, d_model, heads, causal, n)
-        elif spec["impl"] == "ours":
-            module = our_mechanism(pair, cfg, d_head, causal, n)
-        elif scope == "layer":
-            check_length(pair, cfg, n)
-            module = reference_layer(pair, cfg, d_model, heads, causal, n)
-        else:
-            check_length(pair, cfg, n)
-            module = reference_core(pair, cfg, d_head, causal)
-    except ValueError as error:
-        return {"status": "refused", "why": str(error)}
+    if impl == "ours" and scope == "layer":
+        module = our_layer(pair, cfg, d_model, heads, causal, n)
+    elif impl == "ours":
+        module = our_mechanism(pair, cfg, d_head, causal, n)
+    elif scope == "layer":
+        check_length(pair, cfg, n)
+        module = reference_layer(pair, cfg, d_model, heads, causal, n)
+    else:
+        check_length(pair, cfg, n)
+        module = reference_core(pair, cfg, d_head, causal)
     if scope == "layer":
         inputs = [torch.randn(1, n, d_model, requires_grad=True)]
-        if spec["impl"] == "ours":
+        if impl == "ours":
+            return module, inputs, lambda: module.self_attention(inputs[0], causal=causal)[0]
+        return module, inputs, lambda: module(inputs[0])
+    inputs = [torch.randn(1, heads, n, d_head, requires_grad=True) for _ in range(3)]
+    if impl == "ours":
+        return module, inputs, lambda: module(*inputs, None, causal, None, False)[0]
+    return module, inputs, lambda: module(*inputs)
 
-            def call():
-                return module.self_attention(inputs[0], causal=causal)[0]
 
-        else:
+def run_child(spec: dict) -> dict:
+    """One configuration, measured in this process: the result's dict (printed as JSON by main).
 
-            def call():
-                return module(inputs[0])
+    ``spec["impl"]`` ours or theirs: its time and peak memory (``measure``). ``both``: the two
+    timed in turn (:func:`measure_in_turn`), for the speed ratio only.
+    """
+    import torch
 
-    else:
-        inputs = [torch.randn(1, heads, n, d_head, requires_grad=True) for _ in range(3)]
-        if spec["impl"] == "ours":
+    set_threads(spec["threads"])
+    torch.manual_seed(0)
+    impls = ("ours", "theirs") if spec["impl"] == "both" else (spec["impl"],)
+    try:
+        built = {impl: build(spec, impl) for impl in impls}
+    except ValueError as error:
+        return {"status": "refused", "why": str(error)}
+    if spec["impl"] == "both":
+        return measure_in_turn(built, spec)
+    return measure(*built[spec["impl"]], spec)
 
-            def call():
-                return module(*inputs, None, causal, None, False)[0]
 
-        else:
+def measure_in_turn(built: dict[str, tuple], spec: dict) -> dict:
+    """Ours and theirs, forward + backward, one call of each in turn (the first of each pair
+    alternating), after a warm-up call of each: ``spec["repeats"]`` pairs or more (more while
+    under a second, at most 25, none past a third of ``spec["timeout"]``).
 
-            def call():
-                return module(*inputs)
+    Both see the same machine at the same moment, so a slow spell of the shared machine falls on
+    both: ``speed`` is the median over the pairs of their time / ours (the figure the verdict
+    uses), ``ours_seconds`` and ``theirs_seconds`` the medians of each.
+    """
+    import torch
 
-    return measure(module, inputs, call, spec)
+    grads: dict[str, Tensor] = {}
+
+    def step(impl: str) -> float:
+        module, inputs, call = built[impl]
+        for t in [*inputs, *module.parameters()]:
+            t.grad = None
+        start = time.perf_counter()
+        out = call()
+        if impl not in grads:
+            grads[impl] = torch.randn_like(out)
+        out.backward(grads[impl])
+        return time.perf_counter() - start
+
+    for impl in built:
+        built[impl][0].train()
+    spent = step("ours") + step("theirs")
+    pairs: list[tuple[float, float]] = []
+    while len(pairs) < 25 and (len(pairs) < spec["repeats"] or spent < 1.0):
+        if pairs and spent + sum(pairs[-1]) > spec["timeout"] / 3:  # the next pair would pass it
+            break
+        order = ("ours", "theirs") if len(pairs) % 2 == 0 else ("theirs", "ours")
+        times = {impl: step(impl) for impl in order}
+        pairs.append((times["ours"], times["theirs"]))
+        spent += sum(pairs[-1])
+    return {
+        "status": "ok",
+        "speed": statistics.median(theirs / ours for ours, theirs in pairs),
+        "ours_seconds": statistics.median(ours for ours, _ in pairs),
+        "theirs_seconds": statistics.median(theirs for _, theirs in pairs),
+        "pairs": len(pairs),
+    }
 
 
 # ------------------------------------------------------------------------------------ the parent
@@ -323,20 +372,36 @@ def merge_runs(runs: list[list[dict]]) -> list[dict]:
         if not ok:
             merged.append(rs[0])
             continue
-        merged.append(
-            {
-                **ok[0],
-                "seconds": statistics.median(r["seconds"] for r in ok),
-                "peak_mib": statistics.median(r["peak_mib"] for r in ok),
-                "runs": len(ok),
-                "run_seconds": {r["run"]: r["seconds"] for r in ok},
+        entry = {
+            **ok[0],
+            "seconds": statistics.median(r["seconds"] for r in ok),
+            "peak_mib": statistics.median(r["peak_mib"] for r in ok),
+            "runs": len(ok),
+            "run_seconds": {r["run"]: r["seconds"] for r in ok},
+        }
+        in_turn = [r for r in ok if r.get("in_turn", {}).get("status") == "ok"]
+        if in_turn:
+            speeds = {r["run"]: r["in_turn"]["speed"] for r in in_turn}
+            entry["in_turn"] = {
+                "status": "ok",
+                "speed": statistics.median(speeds.values()),
+                "run_speeds": speeds,
             }
-        )
+        merged.append(entry)
     return merged
+
+
+def speed_ratio(ours: dict, theirs: dict) -> float:
+    """Their time / ours: timed in turn in one process where that ran, else from the two children."""
+    in_turn = ours.get("in_turn") or {}
+    return in_turn["speed"] if in_turn.get("status") == "ok" else theirs["seconds"] / ours["seconds"]
 
 
 def _run_speeds(ours: dict | None, theirs: dict | None) -> object:
     """Their time / ours in each run both ran, as "lowest-highest" ("-" for a single run)."""
+    if ours and "run_speeds" in ours.get("in_turn", {}):
+        ratios = list(ours["in_turn"]["run_speeds"].values())
+        return f"{min(ratios):.2f}-{max(ratios):.2f} ({len(ratios)})" if len(ratios) > 1 else "-"
     if not ours or not theirs or "run_seconds" not in ours or "run_seconds" not in theirs:
         return "-"
     both = [k for k in ours["run_seconds"] if k in theirs["run_seconds"]]
@@ -370,7 +435,7 @@ def report(results: list[dict], lengths: list[int]) -> dict:
                 speed = memory = float("nan")
                 verdict = "-"
                 if ours and theirs and ours["status"] == theirs["status"] == "ok":
-                    speed = theirs["seconds"] / ours["seconds"]
+                    speed = speed_ratio(ours, theirs)
                     memory = ours["peak_mib"] / theirs["peak_mib"] if theirs["peak_mib"] > 0 else float("nan")
                     short = [
                         what for what, ok in (("speed", speed >= 1.0), ("memory", memory <= 1.0)) if not ok
@@ -460,6 +525,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads of each child")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls after the warm-up (at most)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per configuration")
+    parser.add_argument(
+        "--speed",
+        default="in-turn",
+        choices=["in-turn", "separate"],
+        help="speed ratio from ours and theirs timed in turn in one more child (default), or from "
+        "the two children's times",
+    )
     parser.add_argument("--memory-limit", type=float, default=16.0, help="GiB of address space per child")
     parser.add_argument(
         "--plot", default=str(ROOT / "docs" / "attention_reference.png"), help="PNG ('' none)"
@@ -512,6 +584,13 @@ def main() -> None:
         f"core: {', '.join(p for p in PAIRS if p not in CORES)} (no core apart from their layer)",
         "timing": f"median of {args.repeats} or more forward + backward calls (more while under 0.5 s, fewer "
         "past a third of the timeout) after one warm-up",
+        "speed": "their time / ours: "
+        + (
+            f"median over {args.repeats} or more pairs of calls (more while under 1 s, at most 25), ours "
+            "and theirs in turn in one more child, so that the shared machine's slow spells fall on both"
+            if args.speed == "in-turn"
+            else "the two children's median times"
+        ),
         "memory": "child's /proc/self/status VmHWM at the end minus its VmRSS after imports and inputs (MiB)",
         "timeout_s": args.timeout,
         "memory_limit_gib": args.memory_limit,
@@ -525,7 +604,11 @@ def main() -> None:
                 for pair in args.pairs:
                     if (role == "decoder" and pair not in CAUSAL) or (scope == "core" and pair not in CORES):
                         continue
-                    for impl in ("ours", "theirs"):
+                    done = {}
+                    for impl in ("ours", "theirs", "both"):
+                        ran = [done[i]["status"] == "ok" for i in done]
+                        if impl == "both" and (args.speed != "in-turn" or not all(ran)):
+                            break
                         spec = {
                             "pair": pair,
                             "impl": impl,
@@ -540,12 +623,21 @@ def main() -> None:
                             "timeout": args.timeout,
                         }
                         r = {**spec, **run_config(spec, args.memory_limit, Path(__file__))}
-                        results.append(r)
-                        shown = (
-                            f"{r['seconds'] * 1e3:.1f} ms, {r['peak_mib']:.0f} MiB"
-                            if r["status"] == "ok"
-                            else ""
-                        )
+                        if impl == "both":  # the speed ratio belongs to the pair: kept with ours
+                            done["ours"]["in_turn"] = r
+                            shown = (
+                                f"their time / ours {r['speed']:.3f} ({r['pairs']} pairs)"
+                                if r["status"] == "ok"
+                                else ""
+                            )
+                        else:
+                            done[impl] = r
+                            results.append(r)
+                            shown = (
+                                f"{r['seconds'] * 1e3:.1f} ms, {r['peak_mib']:.0f} MiB"
+                                if r["status"] == "ok"
+                                else ""
+                            )
                         print(
                             f"  {scope} {role} {n:>6} {pair:<10} {impl:<6} {r['status']} {shown}",
                             r.get("why", ""),

@@ -326,6 +326,11 @@ def test_attention_reference_smoke(tmp_path):
         (p, i) for p in PAIRS for i in ("ours", "theirs")
     )
     assert all(r["status"] == "ok" and r["seconds"] > 0 for r in results), results
+    # Every pair that both ran was timed once more, in turn in one child: its ratio is kept with ours.
+    for r in results:
+        assert ("in_turn" in r) == (r["impl"] == "ours"), r
+    in_turn = [r["in_turn"] for r in results if r["impl"] == "ours"]
+    assert all(t["status"] == "ok" and t["speed"] > 0 and t["pairs"] >= 1 for t in in_turn), in_turn
     for pair in PAIRS:
         assert f"| {pair} " in stdout
     assert png.stat().st_size > 0
@@ -340,6 +345,7 @@ def test_attention_reference_smoke(tmp_path):
         ("lsh", "ours", "ok"),
         ("lsh", "theirs", "refused"),
     ]
+    assert [r["pair"] for r in results if "in_turn" in r] == ["local"]  # not where theirs refused
 
 
 def test_repeated_runs_are_reported_by_their_medians():
@@ -363,3 +369,26 @@ def test_repeated_runs_are_reported_by_their_medians():
     assert (theirs["seconds"], theirs["runs"]) == (2.25, 2)
     assert merged["ours", 512]["status"] == "timeout"
     assert _run_speeds(ours, theirs) == "0.83-2.00 (2)"  # runs 0 and 1: 2/1 and 2.5/3
+
+
+def test_the_in_turn_ratio_is_the_verdicts_speed_and_its_median_over_runs():
+    """Where ours and theirs were timed in turn, that ratio is the speed (not the two children's
+    times); repeated runs report its median and each run's."""
+    from bench.attention_reference import _run_speeds, merge_runs, speed_ratio
+
+    def result(impl, seconds, in_turn=None):
+        r = dict(scope="layer", role="encoder", pair="nystrom", impl=impl, length=256,
+                 status="ok", seconds=seconds, peak_mib=1.0)  # fmt: skip
+        if in_turn is not None:
+            r["in_turn"] = {"status": "ok", "speed": in_turn, "pairs": 3}
+        return r
+
+    assert speed_ratio(result("ours", 2.0), result("theirs", 1.0)) == 0.5
+    assert speed_ratio(result("ours", 2.0, in_turn=1.1), result("theirs", 1.0)) == 1.1
+    failed = {**result("ours", 2.0), "in_turn": {"status": "timeout"}}
+    assert speed_ratio(failed, result("theirs", 1.0)) == 0.5
+    runs = [[result("ours", 1.0, s), result("theirs", 1.0)] for s in (0.9, 1.2, 1.05)]
+    merged = {r["impl"]: r for r in merge_runs(runs)}
+    assert merged["ours"]["in_turn"]["speed"] == 1.05
+    assert speed_ratio(merged["ours"], merged["theirs"]) == 1.05
+    assert _run_speeds(merged["ours"], merged["theirs"]) == "0.90-1.20 (3)"
