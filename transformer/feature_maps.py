@@ -87,8 +87,11 @@ class FavorFeatureMap(nn.Module):
 
     def forward(self, x: Tensor, is_query: bool) -> Tensor:
         """x: [..., len, d] -> φ(x) [..., len, m] (in x's dtype, fp32 in practice)."""
-        # exp(q·k/√d) = exp((q d^-1/4)·(k d^-1/4)): the d^-1/4 goes into ω, an [m, d] product
-        return PositiveRandomFeatures.apply(x, self.omega.to(x.dtype) * self.d_head**-0.25, is_query)
+        return PositiveRandomFeatures.apply(x, self.scaled_omega(x.dtype), is_query)
+
+    def scaled_omega(self, dtype: torch.dtype) -> Tensor:
+        """ω d^-1/4, [m, d]: exp(q·k/√d) = exp((q d^-1/4)·(k d^-1/4)), so the d^-1/4 goes into ω."""
+        return self.omega.to(dtype) * self.d_head**-0.25
 
 
 class PositiveRandomFeatures(torch.autograd.Function):
@@ -108,14 +111,7 @@ class PositiveRandomFeatures(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, w: Tensor, is_query: bool) -> Tensor:
         """x: [..., len, d], w: [m, d] (ω scaled by d^-1/4) -> φ(x) [..., len, m]."""
-        u = x @ w.T  # (..., len, m)
-        log_sqrt_m = 0.5 * math.log(w.size(0))
-        if is_query:  # exp(u - |x|²/2 - max_i(u_i - |x|²/2)) = exp(u - max_i u_i): |x|² drops out
-            u -= u.amax(-1, keepdim=True) + log_sqrt_m
-        else:
-            s2 = w.size(1) ** -0.5  # s², the square of ω's scale d^-1/4
-            u -= (0.5 * s2) * (x * x).sum(-1, keepdim=True) + log_sqrt_m
-        phi = u.exp_()
+        phi = favor_features(x, w, is_query)
         ctx.save_for_backward(x, w, phi)
         return phi
 
@@ -124,7 +120,26 @@ class PositiveRandomFeatures(torch.autograd.Function):
         x, w, phi = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
             return None, None, None
-        g_phi = grad * phi  # (..., len, m)
-        s2 = w.size(1) ** -0.5
-        grad_x = g_phi @ w - (s2 * x) * g_phi.sum(-1, keepdim=True)  # (..., len, d)
-        return grad_x, None, None
+        return favor_features_backward(x, w, phi, grad), None, None
+
+
+def favor_features(x: Tensor, w: Tensor, is_query: bool) -> Tensor:
+    """φ(x) of :class:`PositiveRandomFeatures`, no autograd: x [..., len, d], w [m, d] -> [..., len, m]."""
+    u = x @ w.T  # (..., len, m)
+    log_sqrt_m = 0.5 * math.log(w.size(0))
+    if is_query:  # exp(u - |x|²/2 - max_i(u_i - |x|²/2)) = exp(u - max_i u_i): |x|² drops out
+        u -= u.amax(-1, keepdim=True) + log_sqrt_m
+    else:
+        s2 = w.size(1) ** -0.5  # s², the square of ω's scale d^-1/4
+        u -= (0.5 * s2) * (x * x).sum(-1, keepdim=True) + log_sqrt_m
+    return u.exp_()
+
+
+def favor_features_backward(x: Tensor, w: Tensor, phi: Tensor, grad: Tensor) -> Tensor:
+    """∂L/∂x = (g ⊙ φ) w - s² x Σ_i (g ⊙ φ)_i, for φ = :func:`favor_features` (x, w) and g = ∂L/∂φ.
+
+    x: [..., len, d], w: [m, d], phi and grad: [..., len, m] -> [..., len, d].
+    """
+    g_phi = grad * phi  # (..., len, m)
+    s2 = w.size(1) ** -0.5
+    return torch.addcmul(g_phi @ w, x, g_phi.sum(-1, keepdim=True), value=-s2)  # (..., len, d)

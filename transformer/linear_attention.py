@@ -18,6 +18,9 @@ Both sums come from one product: with [V, 1], a column of ones beside the values
 is [S, Z] ([m, d + 1]) and φ(Q_i)ᵀ[S, Z] is the numerator and the normaliser together.
 Padded keys have φ(K_j) set to 0, so they contribute nothing to either sum. The sums are taken in
 fp32 (at least) whatever the autocast, since they add up n terms.
+
+The non-causal Performer (encoder self-attention, cross-attention) never holds φ(Q) or φ(K) whole:
+:class:`BlockedFavor` makes them a block of positions at a time, and again for backward.
 """
 
 from __future__ import annotations
@@ -28,7 +31,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transformer.feature_maps import FavorFeatureMap, favor_features, favor_features_backward
+
 EPS = 1e-6  # keeps the normaliser φ(Q_i)·Z_i away from 0
+# Values of φ that the blocked Performer (:class:`BlockedFavor`) makes at a time: 1 MiB in fp32,
+# so that a block's features stay in the CPU's cache between the products that use them.
+BLOCK_VALUES = 1 << 18
+BLOCK_MIN_ROWS = 16  # ... but at least this many positions a block (many sentences x heads)
 
 
 class LinearState:
@@ -129,10 +138,75 @@ def causal_linear(
     return num_den, before[:, :, -1] + kv[:, :, -1]
 
 
+class BlockedFavor(torch.autograd.Function):
+    """φ(Q) (φ(K)ᵀ [V, 1]) with FAVOR+ features, made a block of positions at a time and made again
+    for the gradient: the non-causal Performer without its [len, m] feature matrices.
+
+    The factored form needs φ(Q) and φ(K), [len, m] each (m = 256 features: 4x the size of Q),
+    and autograd keeps both for backward. Here the keys' features are made ``block`` positions at a
+    time and summed into [S, Z] = Σ_j φ(K_j)[V_j, 1]ᵀ at once, then the queries' a block at a time
+    into their products with it; backward makes each block's features again (one more [len, d] x
+    [d, m] product each for queries and keys: ~12% more arithmetic at d = 64) instead of keeping
+    them, so the memory beyond the inputs is [B, H, m, d + 1] and a block's features, and those stay
+    in the CPU's cache between the products that use them.
+
+    Gradients (g = ∂L/∂ND, ND = φ(Q) SZ, SZ = φ(K)ᵀ V1): ∂L/∂φ(Q) = g SZᵀ, ∂L/∂SZ = φ(Q)ᵀ g,
+    ∂L/∂φ(K) = V1 (∂L/∂SZ)ᵀ, ∂L/∂V1 = φ(K) ∂L/∂SZ; through φ as in
+    :func:`~transformer.feature_maps.favor_features_backward`. ω gets none (a buffer).
+    """
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v1: Tensor, w: Tensor, keep: Tensor | None, block: int) -> Tensor:
+        """q: [B, H, Tq, d], k: [B, H, Tk, d], v1: [B, H, Tk, e] ([V, 1]), w: [m, d] (ω scaled by
+        d^-1/4), keep: [B, 1, Tk, 1] (0 at padded keys) or None -> [B, H, Tq, e]."""
+        sz = _favor_key_sums(k, v1, w, keep, block)  # (B, H, m, e)
+        num_den = torch.cat(
+            [favor_features(q[:, :, i : i + block], w, True) @ sz for i in range(0, q.size(2), block)], dim=2
+        )
+        ctx.save_for_backward(q, k, v1, w, keep, sz)
+        ctx.block = block
+        return num_den
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
+        q, k, v1, w, keep, sz = ctx.saved_tensors
+        block = ctx.block
+        grad_q = torch.empty_like(q)
+        grad_sz = torch.zeros_like(sz)  # (B, H, m, e)
+        for i in range(0, q.size(2), block):
+            fq = favor_features(q[:, :, i : i + block], w, True)  # (B, H, b, m)
+            g = grad[:, :, i : i + block]  # (B, H, b, e)
+            grad_sz += fq.transpose(-2, -1) @ g
+            grad_q[:, :, i : i + block] = favor_features_backward(q[:, :, i : i + block], w, fq, g @ sz.mT)
+        grad_k, grad_v1 = torch.empty_like(k), torch.empty_like(v1)
+        for j in range(0, k.size(2), block):
+            fk = _masked_key_features(k, w, keep, j, block)  # (B, H, b, m)
+            grad_v1[:, :, j : j + block] = fk @ grad_sz
+            grad_fk = v1[:, :, j : j + block] @ grad_sz.mT  # (B, H, b, m)
+            grad_k[:, :, j : j + block] = favor_features_backward(k[:, :, j : j + block], w, fk, grad_fk)
+        return grad_q, grad_k, grad_v1, None, None, None
+
+
+def _masked_key_features(k: Tensor, w: Tensor, keep: Tensor | None, start: int, block: int) -> Tensor:
+    """φ of keys ``start .. start + block`` ([B, H, b, m]), 0 at padded keys."""
+    fk = favor_features(k[:, :, start : start + block], w, False)
+    return fk if keep is None else fk.mul_(keep[:, :, start : start + block])
+
+
+def _favor_key_sums(k: Tensor, v1: Tensor, w: Tensor, keep: Tensor | None, block: int) -> Tensor:
+    """[S, Z] = Σ_j φ(K_j)[V_j, 1]ᵀ, [B, H, m, e], the keys' features made a block at a time."""
+    sz = None
+    for j in range(0, k.size(2), block):
+        part = _masked_key_features(k, w, keep, j, block).mT @ v1[:, :, j : j + block]  # (B, H, m, e)
+        sz = part if sz is None else sz.add_(part)
+    return sz
+
+
 class LinearAttention(nn.Module):
     """φ(Q)(φ(K)ᵀV) / φ(Q)(φ(K)ᵀ1) (equations (5) and (6)) behind the mechanisms' signature.
 
-    Encoder self-attention and cross-attention use the whole-sequence summary; decoder
+    Encoder self-attention and cross-attention use the whole-sequence summary (with FAVOR+
+    features through :class:`BlockedFavor`, unless the weights are asked for); decoder
     self-attention the causal prefix sums, or with a :class:`LinearState` the RNN form.
 
     Args:
@@ -163,6 +237,8 @@ class LinearAttention(nn.Module):
         dtype = v.dtype
         wide = torch.promote_types(dtype, torch.float32)  # fp32 at least (fp64 stays fp64)
         with torch.autocast(q.device.type, enabled=False):
+            if isinstance(self.feature_map, FavorFeatureMap) and not causal and not need_weights:
+                return self._blocked_favor(q.to(wide), k.to(wide), v.to(wide), mask).to(dtype), None
             fq = self.feature_map(q.to(wide), is_query=True)  # (B, H, Tq, m)
             fk = self.feature_map(k.to(wide), is_query=False)  # (B, H, Tk, m)
             if mask is not None:
@@ -179,6 +255,14 @@ class LinearAttention(nn.Module):
             out = normalise(num_den)  # (B, H, Tq, d)
             weights = self.implied_weights(fq, fk, causal) if need_weights else None
         return out.to(dtype), weights
+
+    def _blocked_favor(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+        """The non-causal Performer by :class:`BlockedFavor`: q [B, H, Tq, d], k, v [B, H, Tk, d] ->
+        [B, H, Tq, d]; mask: key padding [B, 1, 1, Tk] or None."""
+        w = self.feature_map.scaled_omega(q.dtype)  # (m, d)
+        keep = None if mask is None else mask.transpose(-2, -1).to(q.dtype)  # (B, 1, Tk, 1)
+        block = max(BLOCK_MIN_ROWS, BLOCK_VALUES // (q.size(0) * q.size(1) * w.size(0)))
+        return normalise(BlockedFavor.apply(q, k, with_ones(v), w, keep, block))
 
     @staticmethod
     def implied_weights(fq: Tensor, fk: Tensor, causal: bool) -> Tensor:

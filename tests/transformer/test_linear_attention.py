@@ -112,6 +112,41 @@ def test_gradients_of_linear_attention_are_exact(feature_map, causal, monkeypatc
     assert torch.autograd.gradcheck(lambda q, k, v: attention(q, k, v, None, causal)[0], (q, k, v))
 
 
+@pytest.mark.parametrize("tq, tk", [(11, 11), (9, 13)])
+def test_blocked_performer_equals_the_factored_form_with_its_gradients(tq, tk, monkeypatch):
+    """Non-causal FAVOR+ made a block of positions at a time (features made again for backward)
+    == φ(Q)(φ(K)ᵀ[V, 1]) with whole feature matrices under autograd, padded keys and blocks crossed."""
+    monkeypatch.setattr(transformer.linear_attention, "BLOCK_VALUES", 1)
+    monkeypatch.setattr(transformer.linear_attention, "BLOCK_MIN_ROWS", 4)  # 3-4 blocks
+    torch.manual_seed(0)
+    attention = LinearAttention(FavorFeatureMap(8, 20)).eval()
+    q, k, v = (x.double().requires_grad_() for x in _qkv(tq=tq, tk=tk))
+    attention.double()
+    mask = _key_mask(2, tk)
+    fm = attention.feature_map
+    fk = fm(k, is_query=False) * mask.transpose(-2, -1)
+    num_den = fm(q, is_query=True) @ (fk.transpose(-2, -1) @ with_ones(v))
+    factored = num_den[..., :-1] / (num_den[..., -1:] + transformer.linear_attention.EPS)
+    blocked, _ = attention(q, k, v, mask)
+    torch.testing.assert_close(blocked, factored)
+    g = torch.randn_like(factored)
+    grads = torch.autograd.grad(blocked, (q, k, v), g)
+    for got, want in zip(grads, torch.autograd.grad(factored, (q, k, v), g), strict=True):
+        torch.testing.assert_close(got, want)
+    assert (grads[1][1, :, 4:] == 0).all() and (grads[2][1, :, 4:] == 0).all()  # padded keys
+
+
+def test_blocked_performer_gradient_is_exact(monkeypatch):
+    """gradcheck of the blocked path in float64, blocks crossed, padded keys (ε = 0, as above)."""
+    monkeypatch.setattr(transformer.linear_attention, "EPS", 0.0)
+    monkeypatch.setattr(transformer.linear_attention, "BLOCK_VALUES", 1)
+    monkeypatch.setattr(transformer.linear_attention, "BLOCK_MIN_ROWS", 3)
+    attention = LinearAttention(FavorFeatureMap(8, 12).double()).eval()
+    q, k, v = (x.double().requires_grad_() for x in _qkv(b=2, tq=7, tk=8))
+    mask = _key_mask(2, 8, lengths=(None, 5))
+    assert torch.autograd.gradcheck(lambda q, k, v: attention(q, k, v, mask)[0], (q, k, v))
+
+
 def test_performer_error_against_softmax_falls_as_features_grow():
     torch.manual_seed(0)
     q, k, v = _qkv(b=4, h=2, tq=16, tk=16, d=16, scale=0.5)
