@@ -314,3 +314,80 @@ def test_multi_head_attention_takes_the_seam_only_where_it_pays():
     with_weights, _ = mha.self_attention(x, causal=True, need_weights=True)
     with torch.no_grad():
         torch.testing.assert_close(mha.self_attention(x, causal=True)[0], with_weights, atol=1e-6, rtol=1e-5)
+
+
+# ------------------------------------------------------------ 5. training's linear maps
+
+
+@needs_onednn
+@pytest.mark.parametrize("chunks", [1, 2, 3])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_onednn_linear_equals_f_linear_and_chunk_with_gradients(chunks, with_bias):
+    """Every chunk's output, and the gradients of x, weight and bias, are F.linear's and chunk's,
+    also when only some chunks reach the loss (the others give zero gradient rows)."""
+    torch.manual_seed(0)
+    weight, bias = _weights(out_features=6 * chunks, in_features=16)
+    for used in sorted({(0,), tuple(range(chunks)), (chunks - 1,)}):
+        leaves = [torch.randn(2, 5, 16), weight.clone(), bias.clone() if with_bias else None]
+        for t in leaves:
+            if t is not None:
+                t.requires_grad_(True)
+        results = []
+        for fn in (cpu_kernels.OneDnnLinear.apply, lambda x, w, b, c: F.linear(x, w, b).chunk(c, dim=-1)):
+            outs = fn(*leaves, chunks)
+            assert len(outs) == chunks and all(o.shape == (2, 5, 6) for o in outs)
+            loss = sum((outs[i] * torch.arange(30.0).view(5, 6).sin()).sum() for i in used)
+            wanted = [t for t in leaves if t is not None]
+            results.append([*outs, *torch.autograd.grad(loss, wanted)])
+        for got, expected in zip(*results, strict=True):
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+@needs_onednn
+def test_training_goes_through_onednn_only_in_fp32_with_autograd_on_avx512(monkeypatch):
+    available = cpu_kernels.onednn_training_available  # the cached function itself
+    monkeypatch.setattr(cpu_kernels, "onednn_training_available", lambda: True)
+    weight, x = torch.randn(8, 4), torch.randn(3, 4)
+    assert cpu_kernels.trains_through_onednn(x, weight)
+    assert not cpu_kernels.trains_through_onednn(x.bfloat16(), weight.bfloat16())
+    with torch.no_grad():
+        assert not cpu_kernels.trains_through_onednn(x, weight)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not cpu_kernels.trains_through_onednn(x, weight)
+    monkeypatch.setattr(cpu_kernels, "onednn_training_available", lambda: False)
+    assert not cpu_kernels.trains_through_onednn(x, weight)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    available.cache_clear()
+    try:
+        assert not available(), "an AVX2-only CPU (not measured) trains through F.linear"
+    finally:
+        available.cache_clear()
+
+
+@needs_onednn
+@pytest.mark.parametrize("mechanism", ["softmax", "lsh"])
+def test_a_model_trains_the_same_through_onednn(monkeypatch, mechanism):
+    """The loss and every parameter's gradient of a model (self-attention's fused Q/K/V, LSH's
+    separate query and value rows, cross-attention's K/V, the FFN, the output layer) are the same
+    through oneDNN as through F.linear."""
+    from transformer.mechanisms import AttentionConfig
+
+    torch.manual_seed(0)
+    plain = tiny_model(attention=AttentionConfig(encoder_self=mechanism)).train()
+    onednn = copy.deepcopy(plain)
+    src, tgt = random_tokens(2, 8, 37), random_tokens(2, 6, 41)
+    results, taken = [], []
+    original = cpu_kernels.OneDnnLinear.apply
+    monkeypatch.setattr(cpu_kernels.OneDnnLinear, "apply", lambda *a: taken.append(a[-1]) or original(*a))
+    for model, on in ((plain, False), (onednn, True)):
+        monkeypatch.setattr(cpu_kernels, "onednn_training_available", lambda on=on: on)
+        taken.clear()
+        torch.manual_seed(1)  # the same dropout masks
+        loss = model(src, tgt).logsumexp(-1).mean()
+        loss.backward()
+        results.append([loss, *(p.grad for p in model.parameters())])
+        assert bool(taken) == on, "the oneDNN path was taken off, or not taken on"
+        if on:
+            assert 3 in taken and 2 in taken and 1 in taken  # Q/K/V, cross-attention's K/V, the rest
+    for got, expected in zip(*results, strict=True):
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
