@@ -239,22 +239,28 @@ class LSHAttention(nn.Module):
         near = (j >= 0) & (j < n)  # (nc, c, span); "chunks": all of the chunk and the one before
         if self.window == "sliding":
             near = near & (i - j < c) & ((j <= i) if causal else (j - i < c))
-        sorted_hashes = sort(hashes.transpose(-2, -1))  # (B, H, R, n, R): every round's bucket
+        # A query's own key is the key at its own sorted index: a round's order is a permutation.
+        # Its score is SELF, the others' outside P_i NEG: one pass over the scores with ``fill``.
+        is_self = i == j  # (nc, c, span)
+        fill = torch.where(is_self, SELF, NEG)  # (nc, c, span)
         own = hashes.gather(-1, order)[..., None]  # (B, H, R, n, 1): this round's bucket
         same = as_queries(own, -1)[..., :, None] == as_keys(own, -2)[..., None, :, :]
-        same = same.squeeze(-2)  # (B, H, R, nc, c, span): in the query's bucket
+        keep = same.squeeze(-2) & (near & ~is_self)  # (B, H, R, nc, c, span): in P_i, not i itself
         if r > 1:  # N_ij: rounds in which i and j share a bucket (1 with one round: log 1 = 0)
+            sorted_hashes = sort(hashes.transpose(-2, -1))  # (B, H, R, n, R): every round's bucket
             hq, hk = as_queries(sorted_hashes, -1), as_keys(sorted_hashes, -2)  # (.., c, R), (.., R, span)
-            # Counted in the scores' dtype, in place, one round at a time: exact small integers.
-            duplicates = (hq[..., 0, None] == hk[..., 0, None, :]).to(scores.dtype)
-            for s in range(1, r):
-                duplicates += hq[..., s, None] == hk[..., s, None, :]
-            scores = scores - duplicates.clamp_(min=1).log_()
-        # A query's own key is the key at its own sorted index: a round's order is a permutation.
-        is_self = i == j  # (nc, c, span)
-        scores = scores.masked_fill(is_self, SELF).masked_fill(~(near & same), NEG)
+            if r == 2:  # in P_i, N_ij is 2 where the other round shares the bucket too, else 1
+                both = hq[..., 0, None] == hk[..., 0, None, :]
+                both &= hq[..., 1, None] == hk[..., 1, None, :]
+                scores = scores.add_(both, alpha=-math.log(2))  # in place: the product keeps no output
+            else:  # counted in the scores' dtype, in place, one round at a time: exact small integers
+                duplicates = (hq[..., 0, None] == hk[..., 0, None, :]).to(scores.dtype)
+                for s in range(1, r):
+                    duplicates += hq[..., s, None] == hk[..., s, None, :]
+                scores = scores.sub_(duplicates.clamp_(min=1).log_())
+        scores = torch.where(keep, scores, fill)
         z = scores.logsumexp(-1, keepdim=True)  # (B, H, R, nc, c, 1): z_r(i)
-        weights = (scores - z).exp()
+        weights = (scores - z).exp_()
         if p > 0.0:
             weights = F.dropout(weights, p=p)
         out = weights @ as_keys(sv, 0.0).transpose(-2, -1)  # (B, H, R, nc, c, d)

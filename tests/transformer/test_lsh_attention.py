@@ -46,10 +46,18 @@ def test_sorted_chunks_compute_the_pattern_written_out(causal, buckets, rounds, 
     q, k, v = _qkv()
     mask = _key_mask(13)
     attention = LSHAttention(8, buckets, rounds, chunk)
+    q.requires_grad_(True)
+    v.requires_grad_(True)
     chunked, _ = attention(q, k, v, mask, causal)
     dense, weights = attention(q, k, v, mask, causal, need_weights=True)
     real = mask[:, :, 0, :, None]
     torch.testing.assert_close(chunked * real, dense * real, atol=1e-5, rtol=1e-5)
+    # and the same gradients: the chunked masks and the rounds' counts are differentiated as written out
+    g = torch.randn_like(dense) * real
+    grads = [torch.autograd.grad((out * g).sum(), (q, v)) for out in (chunked, dense)]
+    for got, expected in zip(*grads, strict=True):
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+    weights = weights.detach()
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, 2, 13))
     assert (weights[1, :, :6, 6:] == 0).all()  # padded keys contribute nothing
     if causal:
