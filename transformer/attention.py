@@ -195,7 +195,7 @@ class MultiHeadAttention(nn.Module):
         """
         w = self.in_proj.weight[self.d_model :]
         b = self.in_proj.bias[self.d_model :]
-        k, v = self.packed.linear_chunks("kv", memory, w, b, 2)  # (B, S, D) each
+        k, v = self.packed.linear("kv", memory, w, b).chunk(2, dim=-1)  # (B, S, D) each
         # Contiguous once here, or every decoding step's matmul would copy them.
         return self._split_heads(k).contiguous(), self._split_heads(v).contiguous()
 
@@ -276,8 +276,8 @@ class MultiHeadAttention(nn.Module):
             d, w, b = self.d_model, self.in_proj.weight, self.in_proj.bias
             q = self._split_heads(self._project_q(x))
             return q, q, self._split_heads(self.packed.linear("v", x, w[2 * d :], b[2 * d :]))
-        w, b = self.in_proj.weight, self.in_proj.bias
-        q, k, v = self.packed.linear_chunks("qkv", x, w, b, 3)  # (B, T, D) each
+        qkv = self.packed.linear("qkv", x, self.in_proj.weight, self.in_proj.bias)  # (B, T, 3D)
+        q, k, v = qkv.chunk(3, dim=-1)
         return self._split_heads(q), self._split_heads(k), self._split_heads(v)
 
     def _project_q(self, x: Tensor) -> Tensor:

@@ -1,7 +1,7 @@
 """CPU speed-ups, behind one seam: what the model hands to the CPU's own kernels, and why.
 
 The model (``attention.py``, ``layers.py``, ``model.py``, ``search.py``) reads like the paper and
-runs as written on a GPU. Five places hand their work to this module instead, each because the
+runs as written on a GPU. Four places hand their work to this module instead, each because the
 plain PyTorch call was measured to be slow on the CPU for translation's small shapes; the
 measurements are in BENCHMARKS.md, "Decoding speed" (what each change gained), "What was tried
 that did not help" and "Found while profiling, and what became of it":
@@ -43,19 +43,6 @@ that did not help" and "Found while profiling, and what became of it":
    steps: written out, it is faster there ("Found while profiling").
 4. **Block top-k** (:func:`row_topk`) over the 8,000-word vocabulary in beam search: two passes,
    block maxima first, find the same values as one ``topk`` in less time ("Decoding speed").
-5. **Training's linear maps through oneDNN** (:class:`OneDnnLinear`, from
-   :meth:`PackedLinears.linear` and :meth:`PackedLinears.linear_chunks` while autograd records,
-   in fp32, on a CPU with AVX512: :func:`trains_through_onednn`). ``F.linear`` multiplies with
-   the default BLAS (MKL in PyTorch's x86 wheels), which on an AMD Zen 4 ran a training batch's
-   matrix products 10-14% slower than oneDNN's kernels for the forward product and the input's
-   gradient; the weight's gradient (a long sum over the batch's rows) stays with ``torch.mm``,
-   which was the faster there. And self-attention's one Q/K/V product is split into three by
-   ``chunk``, whose backward joins the three gradients into a fresh [rows, 3 * d_model] tensor
-   before the product's own backward: here the gradient of each chunk goes into the input's
-   gradient by itself (oneDNN's product with an added tensor) and into its rows of the weight's
-   gradient, and nothing is joined ("Attention mechanisms against reference implementations, on
-   a Zen 4"). Elsewhere (bf16 or autocast, a GPU, ``torch.compile``, a CPU without AVX512, where
-   this was not measured) it is ``F.linear`` and ``chunk``.
 
 Each has a test that it computes what the plain call computes (``tests/transformer/test_cpu_kernels.py``).
 """
@@ -135,9 +122,6 @@ class PackedLinears:
         Returns:
             [..., out_features].
         """
-        if trains_through_onednn(x, weight):  # 5. above
-            y = OneDnnLinear.apply(x, weight, bias, 1)[0]
-            return F.relu(y) if relu else y
         out_dtype = self._packed_dtype(x, weight)
         if out_dtype is None:
             y = F.linear(x, weight, bias)
@@ -161,16 +145,6 @@ class PackedLinears:
             y = y[:rows]  # the first rows: contiguous
         y = y.view(*lead, y.size(-1))
         return y if y.dtype == out_dtype else y.to(out_dtype)
-
-    def linear_chunks(
-        self, name: str, x: Tensor, weight: Tensor, bias: Tensor | None, chunks: int
-    ) -> tuple[Tensor, ...]:
-        """``self.linear(name, x, weight, bias).chunk(chunks, dim=-1)``: e.g. queries, keys and
-        values from one fused matrix. While training through oneDNN (5. above), the chunks'
-        gradients are not joined into one tensor in backward."""
-        if trains_through_onednn(x, weight):
-            return OneDnnLinear.apply(x, weight, bias, chunks)
-        return self.linear(name, x, weight, bias).chunk(chunks, dim=-1)
 
     def _packed_dtype(self, x: Tensor, weight: Tensor) -> torch.dtype | None:
         """The dtype to compute in with packed weights, or None for ``F.linear``."""
@@ -311,79 +285,3 @@ def row_topk(x: Tensor, n: int) -> tuple[Tensor, Tensor]:
         index = torch.cat([index, tail], dim=1)
     values, pos = cand.topk(n, dim=-1)
     return values, index.gather(1, pos)
-
-
-# ------------------------------------------------------------ 5. training's linear maps
-
-
-@functools.cache  # asked at every linear call while training
-def onednn_training_available() -> bool:
-    """Whether this CPU and build train linear maps through oneDNN (5. above): the oneDNN
-    operators are there and PyTorch reports AVX512 (measured on an AMD Zen 4; on AVX2-only CPUs,
-    where it was not measured, ``F.linear`` stays)."""
-    return packing_available() and torch.backends.cpu.get_cpu_capability() == "AVX512"
-
-
-def trains_through_onednn(x: Tensor, weight: Tensor) -> bool:
-    """Whether ``x @ weight.T`` goes through :class:`OneDnnLinear` (5. above): autograd records,
-    both are fp32 on the CPU without autocast, and ``torch.compile`` is not tracing."""
-    return (
-        torch.is_grad_enabled()
-        and x.device.type == "cpu"
-        and x.dtype == weight.dtype == torch.float32
-        and x.numel() > 0
-        and not torch.is_autocast_enabled("cpu")
-        and not torch.compiler.is_compiling()
-        and onednn_training_available()
-    )
-
-
-class OneDnnLinear(torch.autograd.Function):
-    """``F.linear(x, weight, bias).chunk(chunks, dim=-1)`` with oneDNN's products (5. above).
-
-    Forward: x [..., in] and weight [out, in] (out a multiple of ``chunks``), bias [out] or None,
-    to ``chunks`` tensors [..., out / chunks], views of one product. Backward: each chunk's
-    gradient g_i [..., out / chunks] adds g_i W_i to the input's gradient (W_i: the chunk's rows
-    of the weight) and gives g_iᵀ x for those rows of the weight's gradient and the sum of g_i
-    for the bias's; a chunk that got no gradient gives zeros there. Not twice differentiable.
-    """
-
-    @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, chunks: int) -> tuple[Tensor, ...]:  # noqa: ANN001
-        rows = x.reshape(-1, x.size(-1)).contiguous()  # (N, in)
-        y = torch.ops.mkldnn._linear_pointwise(rows, weight, bias, "none", [], "")  # (N, out)
-        ctx.save_for_backward(rows, weight)
-        ctx.lead, ctx.chunks, ctx.has_bias = x.shape[:-1], chunks, bias is not None
-        return y.view(*x.shape[:-1], weight.size(0)).chunk(chunks, dim=-1)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, *grads: Tensor | None) -> tuple[Tensor | None, Tensor | None, Tensor | None, None]:  # noqa: ANN001
-        rows, weight = ctx.saved_tensors
-        size = weight.size(0) // ctx.chunks
-        parts = [
-            (i, None if g is None else g.reshape(-1, size).contiguous()) for i, g in enumerate(grads)
-        ]  # (N, out / chunks) each
-        want_x, want_w, want_b = ctx.needs_input_grad[:3]
-        grad_x = grad_w = grad_b = None
-        for i, g in parts:
-            if g is None or not want_x:
-                continue
-            w = weight[i * size : (i + 1) * size].t()  # (in, out / chunks): x's gradient is g W_i
-            if grad_x is None:
-                grad_x = torch.ops.mkldnn._linear_pointwise(g, w, None, "none", [], "")
-            else:
-                grad_x = torch.ops.mkldnn._linear_pointwise.binary(g, grad_x, w, None, "add")
-        if want_x:
-            grad_x = rows.new_zeros(rows.shape) if grad_x is None else grad_x
-            grad_x = grad_x.view(*ctx.lead, rows.size(-1))
-        if want_w:
-            grad_w = weight.new_empty(weight.shape)
-            for i, g in parts:
-                if g is None:
-                    grad_w[i * size : (i + 1) * size] = 0
-                else:
-                    torch.mm(g.t(), rows, out=grad_w[i * size : (i + 1) * size])  # (out / chunks, in)
-        if ctx.has_bias and want_b:
-            grad_b = torch.cat([weight.new_zeros(size) if g is None else g.sum(0) for _, g in parts])
-        return grad_x, grad_w, grad_b, None
