@@ -277,8 +277,12 @@ class MultiHeadAttention(nn.Module):
             q = self._split_heads(self._project_q(x))
             return q, q, self._split_heads(self.packed.linear("v", x, w[2 * d :], b[2 * d :]))
         qkv = self.packed.linear("qkv", x, self.in_proj.weight, self.in_proj.bias)  # (B, T, 3D)
-        q, k, v = qkv.chunk(3, dim=-1)
-        return self._split_heads(q), self._split_heads(k), self._split_heads(v)
+        # Split as [B, T, 3, H, Dh] and unbound, not chunked then viewed per tensor: in training,
+        # the backward then stacks the three heads' gradients straight into the projection's
+        # layout, in one pass, instead of copying each into [B, T, D] and joining the copies.
+        b, t, _ = qkv.shape
+        q, k, v = qkv.view(b, t, 3, self.n_heads, self.d_head).unbind(2)  # (B, T, H, Dh) each
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
     def _project_q(self, x: Tensor) -> Tensor:
         """[batch, len, d_model] -> queries [batch, len, d_model] (the first third of in_proj)."""
