@@ -94,9 +94,12 @@ class NystromAttention(nn.Module):
             q, k, v = q.float() / math.sqrt(d), k.float(), v.float()  # 1/√d once, on the queries
             if mask is None and n % m == 0:
                 # Unpadded, n a multiple of m: segment j is positions j·n/m .. (j+1)·n/m − 1, so
-                # the means are a reshape and a mean, no one-hot matrix (the same landmarks).
-                q_land = q.unflatten(2, (m, n // m)).mean(3)  # (B, H, m, d): equation (14)
-                k_land = k.unflatten(2, (m, n // m)).mean(3)
+                # the means are a reshape and a sum, no one-hot matrix (the same landmarks).
+                # Sums scaled afterwards, not means: a mean's gradient is divided at full size, in
+                # the transposed layout of K̃ᵀ's gradient, and then copied into K's layout; a sum's
+                # is copied once (3 ms of a 200 ms layer at 4K: BENCHMARKS.md, "Gradient layouts").
+                q_land = q.unflatten(2, (m, n // m)).sum(3) * (m / n)  # (B, H, m, d): equation (14)
+                k_land = k.unflatten(2, (m, n // m)).sum(3) * (m / n)
                 present = key_ok = None  # every landmark has a segment; no key is padded
             else:
                 if mask is None:
