@@ -44,6 +44,20 @@ def _pad_rows(x: Tensor, before: int, after: int) -> Tensor:
     return F.pad(x, (0, 0, before, after)) if before or after else x
 
 
+def _neighbours(x: Tensor, before: int, after: int, window: int, nb: int) -> Tensor:
+    """x [..., n, d] padded with ``before`` and ``after`` zero rows and cut into ``nb`` blocks
+    of ``window`` rows, each beside its neighbours: [..., nb, span, d], span = before + window
+    + after (each a multiple of ``window``).
+
+    The blocks are copied side by side (a ``cat`` of shifted views) rather than taken as
+    overlapping windows of one view (``unfold``): the same values, and unfold's backward, a
+    scatter-add over the overlaps, took 1.7x the time of the copy and its backward (BENCHMARKS.md,
+    "Gradient layouts").
+    """
+    blocks = _pad_rows(x, before, after).unflatten(-2, (-1, window))  # (..., nb + span/w - 1, w, d)
+    return torch.cat([blocks[..., i : i + nb, :, :] for i in range((before + after) // window + 1)], dim=-2)
+
+
 def banded_attention(
     q: Tensor,
     k: Tensor,
@@ -70,9 +84,9 @@ def banded_attention(
     before, after = window, 0 if causal else window
     span = before + window + after  # keys of a block of queries: the block and its neighbours
     qb = _pad_rows(q / math.sqrt(d), 0, pad).view(*lead, nb, window, d)  # (..., nb, w, d), scaled
-    kb = _pad_rows(k, before, pad + after).unfold(-2, span, window)  # (..., nb, d, span)
-    vb = _pad_rows(v, before, pad + after).unfold(-2, span, window)  # (..., nb, d, span)
-    scores = qb @ kb  # (..., nb, w, span): q·k/√d
+    kb = _neighbours(k, before, pad + after, window, nb)  # (..., nb, span, d)
+    vb = _neighbours(v, before, pad + after, window, nb)  # (..., nb, span, d)
+    scores = qb @ kb.transpose(-2, -1)  # (..., nb, w, span): q·k/√d
     i = torch.arange(nb * window, device=q.device).view(nb, window, 1)
     j = torch.arange(nb, device=q.device)[:, None] * window - before + torch.arange(span, device=q.device)
     j = j.view(nb, 1, span)
@@ -96,7 +110,7 @@ def banded_attention(
     weights = _masked_softmax(scores, allowed).to(v.dtype)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
-    out = weights[..., :span] @ vb.transpose(-2, -1)  # (..., nb, w, d)
+    out = weights[..., :span] @ vb  # (..., nb, w, d)
     if stride:
         out = out + (weights[..., span:].flatten(-3, -2) @ vs).view_as(out)
     return out.reshape(*lead, nb * window, d)[..., :n, :]
