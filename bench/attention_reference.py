@@ -21,6 +21,11 @@ from one more child where both ran (``--speed in-turn``, the default): ours and 
 turn, call by call, and the median of their time / ours over the pairs of calls, so that a slow
 spell of the shared machine falls on both instead of on whichever child ran in it (separate
 children, ``--speed separate``, gave ratios that moved by ±10% between runs of the same code).
+The tables' times are then that child's medians too. Memory (``--memory exact``, the default):
+the two separate children run with glibc told to return every freed allocation over 64 KiB at
+once (``attention_scaling.EXACT_MEMORY_ENV``), so that their peak RSS is the peak of what was
+allocated and alive; with its default caching the same code's peak moved by ±15% between runs
+(``--memory rss``). Their own times are then slowed by page faults and not shown.
 
 Theirs are configured with our defaults (``AttentionConfig``), mapped to their nearest setting;
 the tests say where the outputs are equal and why not elsewhere:
@@ -83,7 +88,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python bench/x.py` without installing the project
     sys.path.insert(0, str(ROOT))
 
-from bench.attention_scaling import measure, run_config  # noqa: E402
+from bench.attention_scaling import EXACT_MEMORY_ENV, measure, run_config  # noqa: E402
 from bench.common import environment, print_config, print_table, set_threads, version, write_json  # noqa: E402
 
 # pair -> (the PyPI package of theirs, its import name)
@@ -386,9 +391,24 @@ def merge_runs(runs: list[list[dict]]) -> list[dict]:
                 "status": "ok",
                 "speed": statistics.median(speeds.values()),
                 "run_speeds": speeds,
+                **{
+                    key: statistics.median(r["in_turn"][key] for r in in_turn)
+                    for key in ("ours_seconds", "theirs_seconds")
+                    if all(key in r["in_turn"] for r in in_turn)
+                },
             }
         merged.append(entry)
     return merged
+
+
+def shown_seconds(ours: dict | None, theirs: dict | None) -> tuple[object, object]:
+    """The times of ours and theirs for the tables and the plot: those of the calls timed in turn
+    where that ran (the calls the speed ratio comes from), else each child's own (as ``_ms``, in
+    seconds)."""
+    in_turn = (ours or {}).get("in_turn") or {}
+    if in_turn.get("status") == "ok" and "ours_seconds" in in_turn:
+        return in_turn["ours_seconds"], in_turn["theirs_seconds"]
+    return tuple(r["seconds"] if r and r["status"] == "ok" else None for r in (ours, theirs))
 
 
 def speed_ratio(ours: dict, theirs: dict) -> float:
@@ -445,7 +465,11 @@ def report(results: list[dict], lengths: list[int]) -> dict:
                     if short:
                         failed.append(f"{n}: {', '.join(short)}")
                     ours["speed_vs_theirs"], ours["memory_vs_theirs"] = speed, memory
-                row = [pair, n, _ms(ours), _ms(theirs), speed, _mib(ours), _mib(theirs), memory, verdict]
+                times = [
+                    _ms(r) if seconds is None else seconds * 1e3
+                    for r, seconds in zip((ours, theirs), shown_seconds(ours, theirs), strict=True)
+                ]
+                row = [pair, n, *times, speed, _mib(ours), _mib(theirs), memory, verdict]
                 table.append(row + ([_run_speeds(ours, theirs)] if repeated else []))
             both = (
                 "no length that both ran"
@@ -476,6 +500,17 @@ def plot(results: list[dict], path: Path, lengths: list[int], scope: str) -> Non
     import matplotlib.pyplot as plt
 
     chosen = [r for r in results if r["scope"] == scope and r["status"] == "ok"]
+    by = {(r["role"], r["pair"], r["impl"], r["length"]): r for r in chosen}
+    seconds = {}  # (role, pair, impl, length) -> the time shown in the tables
+    for (role, pair, impl, n), r in by.items():
+        if impl == "ours":
+            shown = shown_seconds(r, by.get((role, pair, "theirs", n)))
+            seconds.update({(role, pair, i, n): t for i, t in zip(("ours", "theirs"), shown, strict=True)})
+
+    def time_of(r: dict) -> float:
+        shown = seconds.get((r["role"], r["pair"], r["impl"], r["length"]))
+        return r["seconds"] if shown is None else shown
+
     roles = [role for role in ROLES if any(r["role"] == role for r in chosen)]
     if not roles:
         print(f"no {scope} results to plot")
@@ -495,7 +530,7 @@ def plot(results: list[dict], path: Path, lengths: list[int], scope: str) -> Non
                 label = f"{pair} (ours)" if impl == "ours" else f"{pair} ({PACKAGES[pair][0]})"
                 xs = [n for n, _ in ok]
                 kwargs = dict(color=colors[pair], marker="o" if impl == "ours" else "s", label=label)
-                row[0].plot(xs, [r["seconds"] * 1e3 for _, r in ok], style, **kwargs)
+                row[0].plot(xs, [time_of(r) * 1e3 for _, r in ok], style, **kwargs)
                 row[1].plot(xs, [max(r["peak_mib"], 0.1) for _, r in ok], style, **kwargs)
         causal = "causal" if role == "decoder" else "non-causal"
         for ax, label in zip(row, ("ms per forward + backward", "peak MiB above baseline"), strict=True):
@@ -532,6 +567,13 @@ def main() -> None:
         help="speed ratio from ours and theirs timed in turn in one more child (default), or from "
         "the two children's times",
     )
+    parser.add_argument(
+        "--memory",
+        default="exact",
+        choices=["exact", "rss"],
+        help="peak memory of the separate children with glibc returning freed memory at once (default; "
+        "needs --speed in-turn, their own times are slowed) or with its default caching",
+    )
     parser.add_argument("--memory-limit", type=float, default=16.0, help="GiB of address space per child")
     parser.add_argument(
         "--plot", default=str(ROOT / "docs" / "attention_reference.png"), help="PNG ('' none)"
@@ -559,6 +601,11 @@ def main() -> None:
         if args.plot:
             plot(results, Path(args.plot), lengths, args.plot_scope)
         return
+    if args.memory == "exact" and args.speed == "separate":
+        parser.error(
+            "--memory exact slows the separate children's times, which --speed separate uses: "
+            "add --memory rss"
+        )
     missing = missing_packages(args.pairs)
     if missing:
         sys.exit(
@@ -591,7 +638,14 @@ def main() -> None:
             if args.speed == "in-turn"
             else "the two children's median times"
         ),
-        "memory": "child's /proc/self/status VmHWM at the end minus its VmRSS after imports and inputs (MiB)",
+        "memory": "child's /proc/self/status VmHWM at the end minus its VmRSS after imports and inputs (MiB)"
+        + (
+            ", glibc returning freed memory at once ("
+            + " ".join(f"{k}={v}" for k, v in EXACT_MEMORY_ENV.items())
+            + ")"
+            if args.memory == "exact"
+            else ", glibc's default caching"
+        ),
         "timeout_s": args.timeout,
         "memory_limit_gib": args.memory_limit,
     }
@@ -621,8 +675,11 @@ def main() -> None:
                             "threads": args.threads,
                             "repeats": args.repeats,
                             "timeout": args.timeout,
+                            "memory": args.memory,
                         }
-                        r = {**spec, **run_config(spec, args.memory_limit, Path(__file__))}
+                        exact = args.memory == "exact" and impl != "both"  # in turn: the speed's child
+                        env = EXACT_MEMORY_ENV if exact else None
+                        r = {**spec, **run_config(spec, args.memory_limit, Path(__file__), env)}
                         if impl == "both":  # the speed ratio belongs to the pair: kept with ours
                             done["ours"]["in_turn"] = r
                             shown = (
@@ -633,11 +690,9 @@ def main() -> None:
                         else:
                             done[impl] = r
                             results.append(r)
-                            shown = (
-                                f"{r['seconds'] * 1e3:.1f} ms, {r['peak_mib']:.0f} MiB"
-                                if r["status"] == "ok"
-                                else ""
-                            )
+                            shown = "" if r["status"] != "ok" else f"{r['peak_mib']:.0f} MiB"
+                            if r["status"] == "ok" and not exact:  # exact: its time is slowed, not shown
+                                shown += f", {r['seconds'] * 1e3:.1f} ms"
                         print(
                             f"  {scope} {role} {n:>6} {pair:<10} {impl:<6} {r['status']} {shown}",
                             r.get("why", ""),

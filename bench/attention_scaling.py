@@ -189,11 +189,22 @@ def measure(module: nn.Module, inputs: list[Tensor], call: Callable[[], Tensor],
 # ------------------------------------------------------------------------------------ the parent
 
 
-def run_config(spec: dict, memory_limit_gib: float, script: Path | None = None) -> dict:
+# Environment of a child whose peak RSS is to be its peak of live allocations: glibc maps every
+# allocation over 64 KiB on its own and unmaps it when freed, and returns the heap's free top at
+# once, instead of keeping freed memory resident for reuse (its default, whose thresholds move
+# with the allocations seen, so that the same code's VmHWM varied by ±15% between runs). Slower:
+# every large tensor's pages are faulted in afresh, so such a child's times are not comparable.
+EXACT_MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
+
+
+def run_config(
+    spec: dict, memory_limit_gib: float, script: Path | None = None, env: dict[str, str] | None = None
+) -> dict:
     """``spec`` in a child process, with the time limit and the address-space cap.
 
     The child is ``script --child <spec as JSON>`` (this script unless another is given), which
-    prints its result's dict as JSON on its last line starting with ``{``.
+    prints its result's dict as JSON on its last line starting with ``{``; ``env``: variables
+    added to its environment (e.g. ``EXACT_MEMORY_ENV``).
     """
     limit = int(memory_limit_gib * 2**30)
 
@@ -203,7 +214,7 @@ def run_config(spec: dict, memory_limit_gib: float, script: Path | None = None) 
 
     script = Path(__file__) if script is None else script
     command = [sys.executable, str(script.resolve()), "--child", json.dumps(spec)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(spec["threads"])}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(spec["threads"]), **(env or {})}
     # Files, not pipes: a child writing more than a pipe holds would block while it is polled.
     stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
     start = time.perf_counter()

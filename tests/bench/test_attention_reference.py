@@ -392,3 +392,40 @@ def test_the_in_turn_ratio_is_the_verdicts_speed_and_its_median_over_runs():
     assert merged["ours"]["in_turn"]["speed"] == 1.05
     assert speed_ratio(merged["ours"], merged["theirs"]) == 1.05
     assert _run_speeds(merged["ours"], merged["theirs"]) == "0.90-1.20 (3)"
+
+
+def test_the_tables_show_the_in_turn_times_and_their_medians_over_runs():
+    """The ms columns are those of the calls timed in turn (the speed ratio's), not the separate
+    children's (slowed by the exact memory measure); without an in-turn timing, the children's."""
+    from bench.attention_reference import merge_runs, shown_seconds
+
+    def result(impl, seconds, in_turn=None):
+        r = dict(scope="layer", role="encoder", pair="local", impl=impl, length=256,
+                 status="ok", seconds=seconds, peak_mib=1.0)  # fmt: skip
+        if in_turn is not None:
+            r["in_turn"] = {"status": "ok", "speed": in_turn[1] / in_turn[0], "pairs": 3,
+                            "ours_seconds": in_turn[0], "theirs_seconds": in_turn[1]}  # fmt: skip
+        return r
+
+    assert shown_seconds(result("ours", 5.0, (1.0, 2.0)), result("theirs", 6.0)) == (1.0, 2.0)
+    assert shown_seconds(result("ours", 5.0), result("theirs", 6.0)) == (5.0, 6.0)
+    assert shown_seconds(result("ours", 5.0), {**result("theirs", 0.0), "status": "OOM"}) == (5.0, None)
+    runs = [[result("ours", 9.0, t), result("theirs", 9.0)] for t in ((1.0, 2.0), (3.0, 2.5), (2.0, 7.0))]
+    merged = {r["impl"]: r for r in merge_runs(runs)}
+    assert shown_seconds(merged["ours"], merged["theirs"]) == (2.0, 2.5)
+
+
+def test_a_child_gets_the_exact_memory_environment(tmp_path):
+    """``run_config(..., env=EXACT_MEMORY_ENV)`` starts the child with glibc's settings that return
+    freed memory at once; without it, the child has none of them (the in-turn child's allocator
+    is the default one)."""
+    from bench.attention_scaling import EXACT_MEMORY_ENV, run_config
+
+    script = tmp_path / "child.py"
+    keys = sorted(EXACT_MEMORY_ENV)
+    script.write_text(f"import json, os\nprint(json.dumps({{k: os.environ.get(k) for k in {keys!r}}}))\n")
+    spec = {"threads": 1, "timeout": 60}
+    seen = run_config(spec, 0, script, EXACT_MEMORY_ENV)
+    assert {k: seen[k] for k in keys} == EXACT_MEMORY_ENV
+    if not any(k in os.environ for k in keys):
+        assert all(run_config(spec, 0, script)[k] is None for k in keys)
