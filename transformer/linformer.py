@@ -74,7 +74,7 @@ class LinformerAttention(nn.Module):
         if causal or state is not None:
             raise ValueError("linformer attention cannot be causal: every projected key mixes all positions")
         pk, pv = self.project(k, v, mask)
-        scores = q @ pk.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, k)
+        scores = q @ (pk / math.sqrt(q.size(-1))).transpose(-2, -1)  # (B, H, Tq, k); 1/√d on the k keys
         weights = scores.float().softmax(dim=-1).to(v.dtype)
         if self.training and self.dropout > 0.0:
             weights = F.dropout(weights, p=self.dropout)
