@@ -37,6 +37,8 @@ def test_attention_scaling_smoke(tmp_path):
     results = json.loads(out.read_text())["results"]
     assert sorted(r["mechanism"] for r in results) == sorted(MECHANISMS)
     assert all(r["status"] == "ok" and r["seconds"] > 0 for r in results), results
+    # The peak is the exact memory child's; the timing child's is kept beside it.
+    assert all(r["memory"] == "exact" and "rss_peak_mib" in r for r in results), results
     assert png.stat().st_size > 0
 
 
