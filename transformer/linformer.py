@@ -99,6 +99,7 @@ def _across_heads(e: Tensor, x: Tensor) -> Tensor:
     # A batched product of E [k, n] (expanded, not copied) with each [n, H·d], rather than
     # ``e @ x``: matmul would fold that into [H·d, n] · [n, k] and hand back X's gradient in an
     # [H·d, n] layout, which the layer's projection then transposes while joining the Q, K, V
-    # gradients (8 ms of a 190 ms layer at 4K: BENCHMARKS.md). Here it comes back as [n, H·d].
+    # gradients (BENCHMARKS.md, "Gradient layouts, and every reference pair measured exactly").
+    # Here it comes back as [n, H·d].
     out = torch.bmm(e.expand(b, -1, -1), x.transpose(1, 2).reshape(b, n, h * d))  # (B, k, H·d)
     return out.view(b, -1, h, d).transpose(1, 2)

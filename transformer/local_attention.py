@@ -51,8 +51,8 @@ def _neighbours(x: Tensor, before: int, after: int, window: int, nb: int) -> Ten
 
     The blocks are copied side by side (a ``cat`` of shifted views) rather than taken as
     overlapping windows of one view (``unfold``): the same values, and unfold's backward, a
-    scatter-add over the overlaps, took 1.7x the time of the copy and its backward (BENCHMARKS.md,
-    "Gradient layouts").
+    scatter-add over the overlaps, is slower than the copy and its backward together
+    (BENCHMARKS.md, "Gradient layouts, and every reference pair measured exactly").
     """
     blocks = _pad_rows(x, before, after).unflatten(-2, (-1, window))  # (..., nb + span/w - 1, w, d)
     return torch.cat([blocks[..., i : i + nb, :, :] for i in range((before + after) // window + 1)], dim=-2)

@@ -97,7 +97,8 @@ class NystromAttention(nn.Module):
                 # the means are a reshape and a sum, no one-hot matrix (the same landmarks).
                 # Sums scaled afterwards, not means: a mean's gradient is divided at full size, in
                 # the transposed layout of K̃ᵀ's gradient, and then copied into K's layout; a sum's
-                # is copied once (3 ms of a 200 ms layer at 4K: BENCHMARKS.md, "Gradient layouts").
+                # is copied once (BENCHMARKS.md,
+                # "Gradient layouts, and every reference pair measured exactly").
                 q_land = q.unflatten(2, (m, n // m)).sum(3) * (m / n)  # (B, H, m, d): equation (14)
                 k_land = k.unflatten(2, (m, n // m)).sum(3) * (m / n)
                 present = key_ok = None  # every landmark has a segment; no key is padded
