@@ -45,9 +45,10 @@ def _pad_rows(x: Tensor, before: int, after: int) -> Tensor:
 
 
 def _neighbours(x: Tensor, before: int, after: int, window: int, nb: int) -> Tensor:
-    """x [..., n, d] padded with ``before`` and ``after`` zero rows and cut into ``nb`` blocks
-    of ``window`` rows, each beside its neighbours: [..., nb, span, d], span = before + window
-    + after (each a multiple of ``window``).
+    """x [..., n, d] padded with ``before`` and ``after`` zero rows, cut into blocks of
+    ``window`` rows, and the first ``nb`` blocks each beside the blocks that follow it within the
+    padding: [..., nb, span, d], span = ((before + after) // window + 1) · window. ``before`` is
+    a whole number of blocks; ``after`` may add the rows that complete the last block.
 
     The blocks are copied side by side (a ``cat`` of shifted views) rather than taken as
     overlapping windows of one view (``unfold``): the same values, and unfold's backward, a
