@@ -88,7 +88,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python bench/x.py` without installing the project
     sys.path.insert(0, str(ROOT))
 
-from bench.attention_scaling import EXACT_MEMORY_ENV, measure, run_config  # noqa: E402
+from bench.attention_scaling import EXACT_MEMORY_ENV, measure, memory_description, run_config  # noqa: E402
 from bench.common import environment, print_config, print_table, set_threads, version, write_json  # noqa: E402
 
 # pair -> (the PyPI package of theirs, its import name)
@@ -638,14 +638,7 @@ def main() -> None:
             if args.speed == "in-turn"
             else "the two children's median times"
         ),
-        "memory": "child's /proc/self/status VmHWM at the end minus its VmRSS after imports and inputs (MiB)"
-        + (
-            ", glibc returning freed memory at once ("
-            + " ".join(f"{k}={v}" for k, v in EXACT_MEMORY_ENV.items())
-            + ")"
-            if args.memory == "exact"
-            else ", glibc's default caching"
-        ),
+        "memory": memory_description(args.memory, "from the separate children", "the separate children's"),
         "timeout_s": args.timeout,
         "memory_limit_gib": args.memory_limit,
     }

@@ -200,6 +200,16 @@ def measure(module: nn.Module, inputs: list[Tensor], call: Callable[[], Tensor],
 EXACT_MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
 
 
+def memory_description(mode: str, exact_child: str, rss_child: str) -> str:
+    """How peak memory was measured, for the printed config: ``mode`` exact or rss, and which
+    child's figure each mode reports (``exact_child``, ``rss_child``)."""
+    how = "child's /proc/self/status VmHWM at the end minus its VmRSS after imports and inputs (MiB)"
+    if mode == "exact":
+        settings = " ".join(f"{k}={v}" for k, v in EXACT_MEMORY_ENV.items())
+        return f"{how}, {exact_child} with glibc returning freed memory at once ({settings})"
+    return f"{how}, {rss_child}, under glibc's default caching"
+
+
 def run_config(
     spec: dict, memory_limit_gib: float, script: Path | None = None, env: dict[str, str] | None = None
 ) -> dict:
@@ -442,14 +452,7 @@ def main() -> None:
         "mechanism_settings": "AttentionConfig defaults; linformer max_length = max(length, 1024)",
         "timing": f"median of {args.repeats} or more forward + backward calls (more while under 0.5 s, fewer "
         "past a third of the timeout) after one warm-up",
-        "memory": "child's /proc/self/status VmHWM at the end minus its VmRSS after imports and inputs (MiB)"
-        + (
-            ", from a second child with glibc returning freed memory at once ("
-            + " ".join(f"{k}={v}" for k, v in EXACT_MEMORY_ENV.items())
-            + ")"
-            if args.memory == "exact"
-            else ", the timing child's, under glibc's default caching"
-        ),
+        "memory": memory_description(args.memory, "from a second child", "the timing child's"),
         "timeout_s": args.timeout,
         "memory_limit_gib": args.memory_limit,
     }
