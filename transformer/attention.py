@@ -2,7 +2,8 @@
 
 Read top to bottom: :func:`scaled_dot_product_attention` is equation (1) written out;
 :func:`fused_attention` is the same through PyTorch's fused kernels (flash / memory-efficient on
-a GPU); :class:`SoftmaxAttention` is either, behind the one signature that every attention
+a GPU); :func:`attend` takes the faster of the two for the shapes at hand, without the weights;
+:class:`SoftmaxAttention` is equation (1) behind the one signature that every attention
 mechanism shares (``mechanisms.py`` lists the others); :class:`MultiHeadAttention` is section
 3.2.2, used three ways; :class:`KVCache` keeps the decoder's keys and values between decoding
 steps. CPU speed-ups (packed weights, written-out attention for small shapes) are delegated to
@@ -88,6 +89,58 @@ def fused_attention(
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
 
 
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    causal: bool = False,
+    dropout_p: float = 0.0,
+) -> Tensor:
+    """Equation (1) without the weights, by the faster path for these shapes: PyTorch's fused
+    kernels, or on the CPU the written-out one where it wins (``cpu_kernels.prefers_written_out``).
+
+    Args and returns as :func:`scaled_dot_product_attention`'s, less the weights.
+    """
+    if cpu_kernels.prefers_written_out(q, k.size(2)):  # CPU: bf16 up to 512 keys, decoding's few queries
+        return cpu_kernels.attention(q, k, v, _with_causal(mask, q, k) if causal else mask, dropout_p)
+    return fused_attention(q, k, v, mask, causal, dropout_p)
+
+
+class _RowBlockProjections(torch.autograd.Function):
+    """``x_i W_iᵀ`` for inputs x_0 .. x_{m-1} [..., D] and the m row blocks W_i [D', D] of one
+    matrix W [m·D', D] (``MultiHeadAttention.in_proj``'s Q, K, V rows).
+
+    Its backward writes each block's gradient into W's one gradient [m·D', D] as it computes it.
+    Through m views of W, autograd would hold the m blocks' gradients until the last is computed,
+    and then their stack as well: m·D'·D more floats at the end of every backward.
+    """
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, weight: Tensor, *xs: Tensor) -> tuple[Tensor, ...]:
+        ctx.save_for_backward(weight, *xs)
+        return tuple(F.linear(x, w) for x, w in zip(xs, weight.unflatten(0, (len(xs), -1)), strict=True))
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: torch.autograd.function.FunctionCtx, *grads: Tensor) -> tuple[Tensor | None, ...]:
+        weight, *xs = ctx.saved_tensors
+        blocks = weight.unflatten(0, (len(xs), -1))
+        grad_weight = torch.empty_like(weight) if ctx.needs_input_grad[0] else None
+        grad_xs: list[Tensor | None] = []
+        for i, (x, g, w) in enumerate(zip(xs, grads, blocks, strict=True)):
+            # g is in the dtype the forward computed in (bf16 under autocast); x and W as given.
+            if grad_weight is not None:
+                block = grad_weight.unflatten(0, (len(xs), -1))[i]  # (D', D), a view
+                g_rows, x_rows = g.reshape(-1, g.size(-1)), x.reshape(-1, x.size(-1)).to(g.dtype)
+                if g.dtype == block.dtype:
+                    torch.mm(g_rows.t(), x_rows, out=block)
+                else:
+                    block.copy_(g_rows.t() @ x_rows)
+            grad_xs.append(g @ w.to(g.dtype) if ctx.needs_input_grad[i + 1] else None)
+        return (grad_weight, *grad_xs)
+
+
 class DecodingState(Protocol):
     """What a mechanism keeps between decoding steps of the decoder's self-attention.
 
@@ -136,9 +189,7 @@ class SoftmaxAttention(nn.Module):
         p = self.dropout if self.training else 0.0
         if need_weights:
             return scaled_dot_product_attention(q, k, v, mask, causal, p)
-        if cpu_kernels.prefers_written_out(q, k.size(2)):  # CPU: bf16 up to 512 keys, decoding's few queries
-            return cpu_kernels.attention(q, k, v, _with_causal(mask, q, k) if causal else mask, p), None
-        return fused_attention(q, k, v, mask, causal, p), None
+        return attend(q, k, v, mask, causal, p), None
 
     def new_state(self, max_steps: int) -> KVCache:
         """An empty K/V cache with room for at most ``KVCache.GROWTH`` steps (most outputs end early)."""
@@ -220,8 +271,26 @@ class MultiHeadAttention(nn.Module):
         Returns:
             [batch, len, d_model] and the weights [batch, heads, len, keys] or None.
         """
+        if getattr(self.mechanism, "compresses_sequence", False):  # linformer
+            return self._compressed_self_attention(x, mask, causal, cache, need_weights)
         q, k, v = self._project_qkv(x)  # (B, H, T, Dh) each
         out, weights = self.mechanism(q, k, v, mask, causal, cache, need_weights)
+        return self._project_out(out), weights
+
+    def _compressed_self_attention(
+        self, x: Tensor, mask: Tensor | None, causal: bool, cache: object | None, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """``self_attention`` for a mechanism that projects the sequence (linformer): its
+        ``compress`` gives E x and F x, [B, k, d_model], and W_K, W_V then project k rows, not
+        n (linformer.py says why that is its E K and F V). The queries as usual."""
+        b_q, b_k, b_v = self.in_proj.bias.view(3, self.d_model).unbind(0)
+        ex, fx, e_keep, f_keep = self.mechanism.compress(x, mask)  # (B, k, D) x2, (B or 1, k, 1) x2
+        q, pk, pv = _RowBlockProjections.apply(self.in_proj.weight, x, ex, fx)  # x W_Qᵀ, (E x) W_Kᵀ, ...
+        q = self._split_heads(q + b_q.to(q.dtype))  # (B, H, T, Dh)
+        pk = pk + (e_keep * b_k).to(pk.dtype)  # (B, k, D): E K
+        pv = pv + (f_keep * b_v).to(pv.dtype)  # F V
+        pk, pv, n = self._split_heads(pk), self._split_heads(pv), x.size(1)
+        out, weights = self.mechanism(q, pk, pv, mask, causal, cache, need_weights, projected_from=n)
         return self._project_out(out), weights
 
     def cross_attention(

@@ -16,6 +16,11 @@ column to give it); ``attention.max_length`` sets it. Padded keys and values are
 the projection, so they contribute nothing to E K or F V: a sentence projects the same alone and
 in a padded batch.
 
+In self-attention the sequence is projected first, as equation (7) groups it: E (x W_K) =
+(E x) W_K, so ``MultiHeadAttention`` multiplies W_K and W_V with the k rows of E x and F x
+(``compress``) instead of the n rows of x, and never forms the n keys and values: two thirds of
+its input projection saved, and their n × d_model activations.
+
 Encoder self-attention and cross-attention (the encoder output projected to k). Not decoder
 self-attention: every one of the k projected keys mixes all n positions, later ones included,
 so it cannot be causal (``mechanisms.REFUSED``). No decoding state.
@@ -26,8 +31,9 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
+
+from transformer.attention import attend, scaled_dot_product_attention
 
 
 class LinformerAttention(nn.Module):
@@ -39,6 +45,8 @@ class LinformerAttention(nn.Module):
         dropout: on the n × k attention weights.
     """
 
+    compresses_sequence = True  # MultiHeadAttention's self-attention goes through ``compress``
+
     def __init__(self, projected_length: int, max_length: int, dropout: float = 0.0) -> None:
         super().__init__()
         self.projected_length, self.max_length, self.dropout = projected_length, max_length, dropout
@@ -46,18 +54,46 @@ class LinformerAttention(nn.Module):
         self.e = nn.Parameter(torch.randn(projected_length, max_length) * std)  # E: keys
         self.f = nn.Parameter(torch.randn(projected_length, max_length) * std)  # F: values
 
-    def project(self, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
-        """E K and F V, [B, H, k, d] each, from keys and values [B, H, n, d]; padded ones zeroed."""
-        n = k.size(2)
+    def _columns(self, n: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """E[:, :n] and F[:, :n] in ``dtype``, [k, n] each; a sequence past ``max_length`` refused."""
         if n > self.max_length:
             raise ValueError(
                 f"linformer: {n} keys, but its projections cover attention.max_length={self.max_length}"
             )
+        if n == self.max_length:  # the whole matrices: no slice (its backward would copy them)
+            return self.e.to(dtype), self.f.to(dtype)
+        return self.e[:, :n].to(dtype), self.f[:, :n].to(dtype)
+
+    def project(self, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+        """E K and F V, [B, H, k, d] each, from keys and values [B, H, n, d]; padded ones zeroed."""
         if mask is not None:
             keep = mask.transpose(-2, -1).to(k.dtype)  # (B, 1, n, 1)
             k, v = k * keep, v * keep
-        e, f = self.e[:, :n].to(k.dtype), self.f[:, :n].to(v.dtype)
+        e, f = self._columns(k.size(2), k.dtype)
         return _across_heads(e, k), _across_heads(f, v)  # (B, H, k, d): equation (7)'s E K and F V
+
+    def compress(self, x: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """What self-attention's E K and F V need, from the layer's inputs x [B, n, d_model].
+
+        Equation (7) projects the sequence of the inputs before their W_K, W_V: with padded rows
+        of x zeroed (x̃) and K = x̃ W_Kᵀ + keep b_Kᵀ,
+
+            E K = (E x̃) W_Kᵀ + (E keep) b_Kᵀ,
+
+        the same products reassociated, with W_K applied to k rows instead of n. Returns E x̃ and
+        F x̃, [B, k, d_model] each, and E keep and F keep, [B or 1, k, 1] each (the weight that
+        each projected row gives the bias), for ``MultiHeadAttention`` to finish with its W_K, W_V.
+        """
+        b, n, _ = x.shape
+        e, f = self._columns(n, x.dtype)
+        if mask is None:
+            e_keep, f_keep = e.sum(1, keepdim=True)[None], f.sum(1, keepdim=True)[None]  # (1, k, 1)
+        else:
+            keep = mask[:, 0, 0, :, None].to(x.dtype)  # (B, n, 1): 1 at real keys
+            x = x * keep
+            e_keep, f_keep = e @ keep, f @ keep  # (B, k, 1)
+        # A batched product with E expanded, as in _across_heads: x's gradient comes back [n, d_model].
+        return torch.bmm(e.expand(b, -1, -1), x), torch.bmm(f.expand(b, -1, -1), x), e_keep, f_keep
 
     def forward(
         self,
@@ -68,20 +104,26 @@ class LinformerAttention(nn.Module):
         causal: bool = False,
         state: object | None = None,
         need_weights: bool = False,
+        projected_from: int | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """The mechanisms' signature; mask: key padding [B, 1, 1, n]. ``need_weights``: the weights
-        P·F [B, H, Tq, n] over the original positions that the output implies (n × n: pictures only)."""
+        P·F [B, H, Tq, n] over the original positions that the output implies (n × n: pictures only).
+
+        ``projected_from``: k and v are already E K and F V, [B, H, k, d], of that many keys
+        (self-attention: ``compress`` and the layer's W_K, W_V); None: they are the n keys and
+        values, [B, H, n, d], projected here (cross-attention).
+        """
         if causal or state is not None:
             raise ValueError("linformer attention cannot be causal: every projected key mixes all positions")
-        pk, pv = self.project(k, v, mask)
-        scores = q @ (pk / math.sqrt(q.size(-1))).transpose(-2, -1)  # (B, H, Tq, k); 1/√d on the k keys
-        weights = scores.float().softmax(dim=-1).to(v.dtype)
-        if self.training and self.dropout > 0.0:
-            weights = F.dropout(weights, p=self.dropout)
-        out = weights @ pv  # (B, H, Tq, d)
+        n = k.size(2) if projected_from is None else projected_from
+        pk, pv = self.project(k, v, mask) if projected_from is None else (k, v)
+        p = self.dropout if self.training else 0.0
         if not need_weights:
-            return out, None
-        implied = weights @ self.f[:, : k.size(2)].to(weights.dtype)  # (B, H, Tq, n)
+            # Equation (1) over the k projected keys and values, by softmax attention's own path:
+            # fused where faster, and then the n × k weights are not kept for the backward.
+            return attend(q, pk, pv, dropout_p=p), None
+        out, weights = scaled_dot_product_attention(q, pk, pv, dropout_p=p)  # weights (B, H, Tq, k)
+        implied = weights @ self.f[:, :n].to(weights.dtype)  # (B, H, Tq, n)
         if mask is not None:
             implied = implied * mask[:, :, 0, None, :].to(implied.dtype)
         return out, implied

@@ -69,3 +69,47 @@ def test_the_heads_projected_at_once_are_each_heads_own_product(layout):
     torch.testing.assert_close(
         torch.autograd.grad(projected, k, g)[0], torch.autograd.grad(expected, k, g)[0]
     )
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "padded"])
+def test_self_attention_projects_the_inputs_first_and_is_the_same_layer(padded):
+    """The layer's self-attention takes E x and F x through W_K, W_V (k rows, not n), the bias
+    weighted by E's and F's sums over the real keys: the same outputs, weights and gradients as
+    the mechanism given the layer's n projected keys and values."""
+    from transformer.attention import MultiHeadAttention
+
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(16, 4, mechanism=LinformerAttention(5, 12)).double()
+    with torch.no_grad():
+        layer.in_proj.bias.normal_()  # zero at initialisation: the bias term would go untested
+    x = torch.randn(3, 9, 16, dtype=torch.float64, requires_grad=True)
+    mask = (torch.arange(9) < torch.tensor([9, 6, 3])[:, None])[:, None, None, :] if padded else None
+    out, weights = layer.self_attention(x, mask, need_weights=True)
+    q, k, v = layer._project_qkv(x)
+    expected, expected_weights = layer.mechanism(q, k, v, mask, need_weights=True)
+    expected = layer._project_out(expected)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(weights, expected_weights)
+    g = torch.randn_like(out)
+    leaves = [x, *layer.parameters()]
+    got = torch.autograd.grad(layer.self_attention(x, mask)[0], leaves, g)
+    for a, b in zip(got, torch.autograd.grad(expected, leaves, g), strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_self_attention_under_bf16_autocast_gives_fp32_gradients_close_to_fp32s():
+    """The projections' own backward (one gradient for in_proj, written block by block) under
+    autocast: the parameters' and the input's gradients stay fp32, near those without autocast."""
+    from transformer.attention import MultiHeadAttention
+
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(32, 4, mechanism=LinformerAttention(8, 16))
+    x = torch.randn(2, 16, 32, requires_grad=True)
+    grads = []
+    for enabled in (False, True):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled):
+            out, _ = layer.self_attention(x)
+        grads.append(torch.autograd.grad(out.float().sum(), [x, *layer.parameters()]))
+    for a, b in zip(*grads, strict=True):
+        assert b.dtype == torch.float32
+        assert (b - a).norm() <= 0.02 * a.norm()  # bf16's 8 bits of mantissa, summed over n
