@@ -6,7 +6,10 @@ equation (14)), softmax attention S = softmax(QKᵀ/√d) is approximated (equat
     Ŝ V = softmax(Q K̃ᵀ/√d) · (softmax(Q̃ K̃ᵀ/√d))⁺ · softmax(Q̃ Kᵀ/√d) V
              [n × m]              [m × m]              [m × n]·[n × d]
 
-computed right to left, so nothing n × n is formed: O(n·m·d + m³) time, O(n·m) memory. The
+computed right to left, so nothing n × n is formed: O(n·m·d + m³) time. The two outer
+products are softmax attention (of the m landmarks over the n keys, then of the n queries
+over the m landmarks), taken by the fused kernel, which keeps no n × m weights: O(n·d)
+memory beyond the inputs. The
 Moore-Penrose pseudo-inverse ⁺ is the paper's iteration (equation (16)),
 Z_{j+1} = ¼ Z_j (13I − A Z_j (15I − A Z_j (7I − A Z_j))), from Z_0 = Aᵀ / (‖A‖₁ ‖A‖_∞), six
 steps by default; the norms are each (sentence, head)'s own, not the batch's maximum as in the
@@ -34,6 +37,8 @@ import math
 
 import torch
 from torch import Tensor, nn
+
+from transformer.attention import fused_attention
 
 NEG = -1e9  # the score of a masked entry: finite, so an all-masked row gives weights, not NaN
 
@@ -91,7 +96,8 @@ class NystromAttention(nn.Module):
         m = self.landmarks
         dtype = v.dtype
         with torch.autocast(q.device.type, enabled=False):
-            q, k, v = q.float() / math.sqrt(d), k.float(), v.float()  # 1/√d once, on the queries
+            q, k, v = q.float(), k.float(), v.float()
+            scale = 1.0 / math.sqrt(d)
             if mask is None and n % m == 0:
                 # Unpadded, n a multiple of m: segment j is positions j·n/m .. (j+1)·n/m − 1, so
                 # the means are a reshape and a sum, no one-hot matrix (the same landmarks).
@@ -120,14 +126,23 @@ class NystromAttention(nn.Module):
                     scores = scores.masked_fill(~allowed, NEG)
                 return scores.softmax(dim=-1)
 
-            kernel_1 = softmax(q @ k_land.transpose(-2, -1), present)  # (B, H, n, m)
-            kernel_2 = softmax(q_land @ k_land.transpose(-2, -1), present)  # (B, H, m, m)
+            kernel_2 = softmax(q_land @ k_land.transpose(-2, -1) * scale, present)  # (B, H, m, m)
             if present is not None:  # an empty landmark gets an identity row
                 kernel_2 = torch.where(present.transpose(-2, -1), kernel_2, torch.eye(m, device=q.device))
-            kernel_3 = softmax(q_land @ k.transpose(-2, -1), key_ok)  # (B, H, m, n)
-            if self.training and self.dropout > 0.0:
-                kernel_1 = nn.functional.dropout(kernel_1, p=self.dropout)
-            middle = kernel_1 @ iterative_pinv(kernel_2, self.pinv_iterations)  # (B, H, n, m)
-            out = middle @ (kernel_3 @ v)  # (B, H, n, d)
-            weights = middle @ kernel_3 if need_weights else None
+            pinv = iterative_pinv(kernel_2, self.pinv_iterations)  # (B, H, m, m)
+            p = self.dropout if self.training else 0.0
+            if need_weights:
+                kernel_1 = softmax(q @ k_land.transpose(-2, -1) * scale, present)  # (B, H, n, m)
+                kernel_3 = softmax(q_land @ k.transpose(-2, -1) * scale, key_ok)  # (B, H, m, n)
+                if p > 0.0:
+                    kernel_1 = nn.functional.dropout(kernel_1, p=p)
+                middle = kernel_1 @ pinv  # (B, H, n, m)
+                out, weights = middle @ (kernel_3 @ v), middle @ kernel_3  # (B, H, n, d), (B, H, n, n)
+            else:
+                # Right to left, softmax(Q̃Kᵀ/√d)·V and then softmax(QK̃ᵀ/√d)·Z, Z = A⁺·that, are
+                # each softmax attention: of the m landmarks over the n keys, and of the n queries
+                # over the m landmarks with values Z. Through the fused kernel, neither n × m
+                # matrix of weights is kept for the backward.
+                z = pinv @ fused_attention(q_land, k, v, key_ok)  # (B, H, m, d)
+                out, weights = fused_attention(q, k_land, z, present, dropout_p=p), None  # (B, H, n, d)
         return out.to(dtype), weights

@@ -71,3 +71,23 @@ def test_unpadded_segments_by_reshape_are_the_one_hot_means():
 def test_causal_use_is_refused():
     with pytest.raises(ValueError, match="cannot be causal"):
         NystromAttention(4)(*_qkv(), causal=True)
+
+
+@pytest.mark.parametrize("lengths", [None, [13, 9, 2]], ids=["unpadded", "padded"])
+def test_the_fused_path_is_the_written_out_products(lengths):
+    """Without weights, the two outer products go through the fused kernel, associated the other
+    way (softmax(QK̃ᵀ)·(A⁺·softmax(Q̃Kᵀ)V)); with them, through the written-out matrices. The
+    same outputs and gradients."""
+    torch.manual_seed(0)
+    n = 13 if lengths else 16
+    q, k, v = (torch.randn(3, 2, n, 8, requires_grad=True) for _ in range(3))  # fp32: the flash kernel's
+    mask = None if lengths is None else (torch.arange(n) < torch.tensor(lengths)[:, None])[:, None, None, :]
+    attention = NystromAttention(4)
+    fused, none = attention(q, k, v, mask)
+    written, weights = attention(q, k, v, mask, need_weights=True)
+    assert none is None and weights is not None
+    torch.testing.assert_close(fused, written, atol=1e-5, rtol=1e-5)
+    g = torch.randn_like(fused)
+    grads = torch.autograd.grad(fused, (q, k, v), g), torch.autograd.grad(written, (q, k, v), g)
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
