@@ -271,7 +271,8 @@ class MultiHeadAttention(nn.Module):
         Returns:
             [batch, len, d_model] and the weights [batch, heads, len, keys] or None.
         """
-        if getattr(self.mechanism, "compresses_sequence", False):  # linformer
+        compresses = getattr(self.mechanism, "compresses", None)  # linformer
+        if compresses is not None and compresses(x.size(1)):
             return self._compressed_self_attention(x, mask, causal, cache, need_weights)
         q, k, v = self._project_qkv(x)  # (B, H, T, Dh) each
         out, weights = self.mechanism(q, k, v, mask, causal, cache, need_weights)

@@ -19,7 +19,8 @@ in a padded batch.
 In self-attention the sequence is projected first, as equation (7) groups it: E (x W_K) =
 (E x) W_K, so ``MultiHeadAttention`` multiplies W_K and W_V with the k rows of E x and F x
 (``compress``) instead of the n rows of x, and never forms the n keys and values: two thirds of
-its input projection saved, and their n × d_model activations.
+its input projection saved, and their n × d_model activations. That is where n > k
+(``compresses``); a shorter sequence has fewer keys than projected rows, and takes the usual path.
 
 Encoder self-attention and cross-attention (the encoder output projected to k). Not decoder
 self-attention: every one of the k projected keys mixes all n positions, later ones included,
@@ -45,8 +46,6 @@ class LinformerAttention(nn.Module):
         dropout: on the n × k attention weights.
     """
 
-    compresses_sequence = True  # MultiHeadAttention's self-attention goes through ``compress``
-
     def __init__(self, projected_length: int, max_length: int, dropout: float = 0.0) -> None:
         super().__init__()
         self.projected_length, self.max_length, self.dropout = projected_length, max_length, dropout
@@ -71,6 +70,13 @@ class LinformerAttention(nn.Module):
             k, v = k * keep, v * keep
         e, f = self._columns(k.size(2), k.dtype)
         return _across_heads(e, k), _across_heads(f, v)  # (B, H, k, d): equation (7)'s E K and F V
+
+    def compresses(self, n: int) -> bool:
+        """Whether ``MultiHeadAttention``'s self-attention over n positions goes through
+        ``compress``: where the sequence is longer than the k projected rows. W_K and W_V then
+        multiply k rows instead of n; with n ≤ k (translation's sentences, against k = 64) the n
+        keys and values themselves are fewer rows, and E K, F V are projected from them."""
+        return n > self.projected_length
 
     def compress(self, x: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """What self-attention's E K and F V need, from the layer's inputs x [B, n, d_model].

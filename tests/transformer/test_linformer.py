@@ -84,7 +84,14 @@ def test_self_attention_projects_the_inputs_first_and_is_the_same_layer(padded):
         layer.in_proj.bias.normal_()  # zero at initialisation: the bias term would go untested
     x = torch.randn(3, 9, 16, dtype=torch.float64, requires_grad=True)
     mask = (torch.arange(9) < torch.tensor([9, 6, 3])[:, None])[:, None, None, :] if padded else None
+    compressed = []
+
+    def spy(module, args, kwargs):
+        compressed.append("projected_from" in kwargs)
+
+    layer.mechanism.register_forward_pre_hook(spy, with_kwargs=True)
     out, weights = layer.self_attention(x, mask, need_weights=True)
+    assert compressed == [True]  # 9 positions, 5 projected rows: the sequence projected first
     q, k, v = layer._project_qkv(x)
     expected, expected_weights = layer.mechanism(q, k, v, mask, need_weights=True)
     expected = layer._project_out(expected)
@@ -113,3 +120,16 @@ def test_self_attention_under_bf16_autocast_gives_fp32_gradients_close_to_fp32s(
     for a, b in zip(*grads, strict=True):
         assert b.dtype == torch.float32
         assert (b - a).norm() <= 0.02 * a.norm()  # bf16's 8 bits of mantissa, summed over n
+
+
+def test_a_sequence_no_longer_than_the_projection_takes_the_usual_path():
+    """With n ≤ k the n keys are fewer rows than the k projected ones: the layer projects them
+    as for any mechanism, and E K, F V are taken from them."""
+    from transformer.attention import MultiHeadAttention
+
+    layer = MultiHeadAttention(16, 4, mechanism=LinformerAttention(5, 12))
+    assert layer.mechanism.compresses(6) and not layer.mechanism.compresses(5)
+    calls = []
+    layer.mechanism.register_forward_pre_hook(lambda m, args, kwargs: calls.append(kwargs), with_kwargs=True)
+    layer.self_attention(torch.randn(2, 5, 16))
+    assert calls == [{}]
