@@ -20,10 +20,10 @@ from typing import Any
 import lightning as L
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from data.tokenizer import SPECIAL_IDS
+from training.loss import projected_cross_entropy
 from training.nonfinite import NonFiniteGuard, total_grad_norm
 from training.schedule import inverse_sqrt_factor
 from transformer import Transformer, TransformerConfig
@@ -100,11 +100,11 @@ def token_losses(
 ) -> Tensor:
     """Label-smoothed cross-entropy of every target token, zero at padding.
 
-    The forward pass and the loss in one function: what ``compile`` compiles, so that the
-    compiler sees the logits' fp32 copy and the loss together (it may fuse them).
+    The forward pass and the loss in one function: what ``compile`` compiles.
 
     Args:
-        model: maps (src, tgt_in) to logits [batch, tgt_len, vocab].
+        model: a ``Transformer``: ``model(src, tgt_in, project=False)`` is the decoder output
+            [batch, tgt_len, d_model], ``model.output`` the projection to the vocabulary.
         src: [batch, src_len] source ids; tgt_in: [batch, tgt_len] BOS + target ids.
         tgt_out: [batch, tgt_len] target ids + EOS, right-padded with ``pad_id``.
         pad_id: the padding id (ignored positions).
@@ -113,16 +113,13 @@ def token_losses(
     Returns:
         [batch, tgt_len] losses, 0 at padding.
     """
-    logits = model(src, tgt_in)  # (B, T, V)
-    # Flat (B*T, V) rows: faster than the (B, V, T) layout on the CPU (BENCHMARKS.md, "Found while
-    # profiling, and what became of it").
-    return F.cross_entropy(
-        logits.float().flatten(0, 1),
-        tgt_out.flatten(),
-        ignore_index=pad_id,
-        label_smoothing=label_smoothing,
-        reduction="none",
-    ).view_as(tgt_out)  # (B, T)
+    hidden = model(src, tgt_in, project=False)  # (B, T, d_model)
+    # The output projection and the loss a block of rows at a time: no (B, T, V) logits are kept
+    # (training/loss.py).
+    output = model.output
+    return projected_cross_entropy(
+        hidden, output.weight, output.bias, tgt_out, pad_id, label_smoothing
+    )  # (B, T)
 
 
 def compile_options(compile: bool | dict | None) -> dict | None:

@@ -208,15 +208,17 @@ class Transformer(nn.Module):
         y = y[:, -1:] if last_only else y
         return (self.logits(y) if project else y), weights
 
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+    def forward(self, src: Tensor, tgt_in: Tensor, project: bool = True) -> Tensor:
         """Teacher-forced pass: src [batch, src_len], tgt_in [batch, tgt_len] -> logits [batch, tgt_len, V].
 
         Target padding needs no mask: padding is on the right and the causal mask already keeps
-        every real position from seeing it.
+        every real position from seeing it. ``project=False`` returns the decoder output
+        [batch, tgt_len, d_model] instead, for a loss that applies ``self.output`` itself
+        (training's, ``training/loss.py``).
         """
         memory, src_mask = self.encode(src)
-        logits, _ = self.decode(tgt_in, self.project_memory(memory), src_mask)
-        return logits
+        out, _ = self.decode(tgt_in, self.project_memory(memory), src_mask, project=project)
+        return out
 
     def cross_attention_weights(self, src: Tensor, tgt_in: Tensor) -> list[Tensor]:
         """Per decoder layer, cross-attention weights [batch, heads, tgt_len, src_len] (eval mode)."""

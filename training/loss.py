@@ -1,0 +1,131 @@
+"""The output projection and label-smoothed cross-entropy as one step, a block of rows at a time.
+
+Written as two calls, ``F.cross_entropy(F.linear(h, W).float(), y)``, the training loss makes
+and keeps four tensors of [tokens, vocabulary] (the logits, their fp32 copy, the log-softmax and,
+in the backward pass, its gradient): with 8,000 words and ~3,000 target tokens a batch, 100 MB
+each in fp32, each written and read whole from memory, the largest activations of the model
+(BENCHMARKS.md, "Training speed and memory"). Here the logits of ``block_rows`` rows at a time
+are made, turned into their losses and into their gradient while they are in the CPU's cache,
+and dropped: what is kept for the backward pass is one [tokens, vocabulary] tensor, the gradient
+with respect to the logits, in the matmul's precision (bf16 under autocast), and what the
+backward pass does with it is two matrix products. The gradient can be made in the forward pass
+because the loss is the last step: the gradient of each row's loss with respect to its logits is
+``softmax(z) - t`` (``t`` the label-smoothed target distribution), and the gradient that flows
+back in is one number per row, applied to the products' small [tokens, d_model] operands.
+
+Label smoothing as ``F.cross_entropy``'s: with epsilon ``e`` over ``V`` classes, the target
+distribution is ``(1 - e)`` on the reference word plus ``e / V`` on every word, so each row's
+loss is ``logsumexp(z) - (1 - e) z[y] - e mean(z)``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+# Rows per block: 64 rows of 8,000 fp32 logits are 2 MB, a core's L2 cache on recent x86 server
+# CPUs, where the block stays while its loss and gradient are computed from it.
+BLOCK_ROWS = 64
+
+
+def _compute_dtype(x: Tensor) -> torch.dtype:
+    """The matmul dtype autocast would give ``x`` here (its dtype where autocast is off)."""
+    device = x.device.type
+    if torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return x.dtype
+
+
+class _ProjectedCrossEntropy(torch.autograd.Function):
+    """Per-row label-smoothed cross-entropy of ``hidden @ weight.T + bias``; see the module docstring."""
+
+    @staticmethod
+    def forward(  # noqa: D102
+        ctx,  # noqa: ANN001
+        hidden: Tensor,
+        weight: Tensor,
+        bias: Tensor | None,
+        target: Tensor,
+        label_smoothing: float,
+        block_rows: int,
+        compute_dtype: torch.dtype,
+    ) -> Tensor:
+        h, w = hidden.to(compute_dtype), weight.to(compute_dtype)
+        b = None if bias is None else bias.to(compute_dtype)
+        rows, vocab = h.size(0), w.size(0)
+        keep_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
+        losses = torch.empty(rows, dtype=torch.float32, device=h.device)
+        grad_logits = torch.empty(rows, vocab, dtype=compute_dtype, device=h.device) if keep_grad else None
+        for start in range(0, rows, block_rows):
+            stop = min(start + block_rows, rows)
+            z = F.linear(h[start:stop], w, b).float()  # (C, V) logits
+            y = target[start:stop, None]  # (C, 1)
+            smoothed = (1.0 - label_smoothing) * z.gather(1, y) + label_smoothing * z.mean(1, keepdim=True)
+            top = z.amax(1, keepdim=True)  # (C, 1)
+            e = z.sub_(top).exp_()  # exp(z - top), in z's memory
+            total = e.sum(1, keepdim=True)  # (C, 1)
+            losses[start:stop] = (top + total.log() - smoothed)[:, 0]  # logsumexp(z) - smoothed
+            if keep_grad:
+                p = e.mul_(total.reciprocal_()).sub_(label_smoothing / vocab)  # softmax - e / V
+                p.scatter_add_(1, y, p.new_full(y.shape, -(1.0 - label_smoothing)))
+                grad_logits[start:stop] = p
+        if keep_grad:
+            ctx.save_for_backward(h, w, grad_logits)
+            ctx.has_bias = b is not None
+            ctx.dtypes = (hidden.dtype, weight.dtype, None if bias is None else bias.dtype)
+        return losses
+
+    @staticmethod
+    def backward(ctx, grad_losses: Tensor):  # noqa: ANN001, ANN205, D102
+        h, w, grad_logits = ctx.saved_tensors
+        g = grad_losses.to(h.dtype)[:, None]  # (N, 1): d total / d loss of each row
+        grad_hidden = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_hidden = (grad_logits @ w).mul_(g).to(ctx.dtypes[0])  # (N, d)
+        if ctx.needs_input_grad[1]:
+            grad_weight = (grad_logits.t() @ (h * g)).to(ctx.dtypes[1])  # (V, d)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            grad_bias = (grad_logits.float() * g.float()).sum(0).to(ctx.dtypes[2])  # (V,)
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None
+
+
+def projected_cross_entropy(
+    hidden: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    target: Tensor,
+    ignore_index: int,
+    label_smoothing: float = 0.0,
+    block_rows: int = BLOCK_ROWS,
+) -> Tensor:
+    """Label-smoothed cross-entropy of every position's logits ``hidden @ weight.T + bias``.
+
+    Equal to ``F.cross_entropy(F.linear(hidden, weight, bias).float().flatten(0, -2),
+    target.flatten(), ignore_index=ignore_index, label_smoothing=label_smoothing,
+    reduction="none").view_as(target)``, forward and backward (under autocast the products run
+    in its dtype, as ``F.linear`` would), without the [..., vocabulary] tensors of that form.
+
+    Args:
+        hidden: [..., d_model] the decoder's output.
+        weight: [vocab, d_model] the output projection; bias: [vocab] or None.
+        target: [...] reference ids; positions equal to ``ignore_index`` get loss 0 and no
+            gradient, and no logits are computed for them.
+        ignore_index: the padding id.
+        label_smoothing: epsilon of label smoothing.
+        block_rows: rows whose logits exist at once.
+
+    Returns:
+        [...] fp32 losses (the shape of ``target``), 0 at ignored positions.
+    """
+    real = target != ignore_index  # (...)
+    rows = _ProjectedCrossEntropy.apply(
+        hidden[real],  # (N, d) real positions only
+        weight,
+        bias,
+        target[real],
+        float(label_smoothing),
+        int(block_rows),
+        _compute_dtype(hidden),
+    )
+    return torch.zeros(target.shape, dtype=rows.dtype, device=rows.device).masked_scatter(real, rows)
