@@ -15,8 +15,12 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from data.corpus import CorpusNotFoundError
-from training.pipeline import train
+from training.memory import configure_allocators
+
+configure_allocators()  # before torch is imported and allocates (training/memory.py)
+
+from data.corpus import CorpusNotFoundError  # noqa: E402
+from training.pipeline import train  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")

@@ -27,6 +27,7 @@ from training.averaging import average_checkpoints
 from training.budget import TimeBudgetCheck, max_time_seconds
 from training.checkpoints import plan_checkpoints
 from training.ending import FAILED, FINISHED, Ending, ending_after_fit, ending_of_exception
+from training.memory import configure_allocators, peak_resident_mib
 from training.module import TranslationModule
 from training.plots import plot_learning_curve
 from training.precision import PrecisionChoice, choose_precision
@@ -187,7 +188,7 @@ class RunRecord:
 
     def write(self, results: dict[str, Any], ending: Ending) -> dict[str, Any]:
         """Writes ``results.json`` (rank zero only) with the ending; returns what was written."""
-        results = {**results, **self.fields, **ending.as_results()}
+        results = {**results, **self.fields, **ending.as_results(), "peak_resident_mib": peak_resident_mib()}
         if rank_zero_only.rank == 0:
             text = json.dumps(results, indent=2, sort_keys=True) + "\n"
             (self.output_dir / "results.json").write_text(text)
@@ -205,6 +206,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     """
     output_dir = Path(cfg.paths.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    # Before training allocates: every step reuses the last one's memory (training/memory.py).
+    configure_allocators()
     record = RunRecord(output_dir)
     try:
         return _train(cfg, output_dir, record)

@@ -204,7 +204,10 @@ def trained_run(toy, tmp_path_factory):
 def test_training_learns_the_toy_task_and_writes_the_run(trained_run):
     out, results = trained_run
     assert results["test/bleu"] > 40, results  # untrained: ~2
-    assert json.loads((out / "results.json").read_text())["test/bleu"] == pytest.approx(results["test/bleu"])
+    written = json.loads((out / "results.json").read_text())
+    assert written["test/bleu"] == pytest.approx(results["test/bleu"])
+    # The process's peak resident memory so far: at least what torch and the model take.
+    assert 100 < written["peak_resident_mib"] < 24 * 1024
     hyps = (out / "test.en.hyp").read_text(encoding="utf-8").split("\n")[:-1]
     assert len(hyps) == 24
     assert (out / "learning_curve.png").stat().st_size > 10_000

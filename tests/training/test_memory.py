@@ -1,0 +1,53 @@
+"""The allocator settings training makes, and the peak resident memory results.json records."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+
+from training import memory
+
+
+def test_peak_resident_memory_grows_with_what_the_process_touches():
+    before = memory.peak_resident_mib()
+    block = bytearray(64 * 1024 * 1024)  # 64 MiB, written: resident
+    block[::4096] = b"x" * len(block[::4096])
+    assert memory.peak_resident_mib() >= before
+    assert memory.peak_resident_mib() > 64
+
+
+@pytest.mark.skipif(
+    sys.platform != "linux" or platform.libc_ver()[0] != "glibc", reason="the settings are glibc's"
+)
+def test_glibc_keeps_freed_tensors_for_reuse():
+    """After configure_allocators, freeing and allocating a step's large tensors again costs no new
+    pages (no page faults); with glibc's defaults each new 64 MiB tensor is mapped afresh."""
+    script = """
+import resource, sys
+from training import memory
+if sys.argv[1] == "keep":
+    assert memory.configure_allocators()  # before torch is imported, as train.py does
+import torch
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(2):  # the first round maps the memory
+    x = torch.ones(16 * 1024 * 1024); del x
+start = faults()
+for _ in range(5):
+    x = torch.ones(16 * 1024 * 1024); del x  # 64 MiB, touched whole
+print(faults() - start)
+"""
+    runs = {}
+    for mode in ("keep", "default"):
+        env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
+        out = subprocess.run(
+            [sys.executable, "-c", script, mode], capture_output=True, text=True, check=True, env=env
+        )
+        runs[mode] = int(out.stdout.split()[-1])
+    pages = 5 * 64 * 1024 * 1024 // 4096
+    assert runs["default"] > pages // 2, runs  # each tensor faulted in again
+    assert runs["keep"] < pages // 20, runs  # reused
