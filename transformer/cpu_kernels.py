@@ -44,6 +44,16 @@ that did not help" and "Found while profiling, and what became of it":
 4. **Block top-k** (:func:`row_topk`) over the 8,000-word vocabulary in beam search: two passes,
    block maxima first, find the same values as one ``topk`` in less time ("Decoding speed").
 
+5. **Dropout masks** (:class:`Dropout`, the model's dropout layers, while training on the CPU).
+   PyTorch's CPU dropout draws one number from its generator per element (``bernoulli_``), ~8 ns
+   each: a tenth of a bf16 training step of the Multi30k recipe. Here the mask comes from one
+   64-bit draw per four elements, each element keeping 16 of the bits: it is kept where those
+   16 bits read as an integer are at least ``round(p * 65536)`` from the bottom, so the rate
+   ``p`` is rounded to a multiple of 1/65,536 (0.1 -> 0.100006), and what is kept is scaled by
+   the inverse of the rounded keep rate, so the expectation is unchanged. The global generator
+   draws the bits: seeding and a checkpoint's RNG state reproduce the masks
+   (BENCHMARKS.md, "Training speed and memory").
+
 Each has a test that it computes what the plain call computes (``tests/transformer/test_cpu_kernels.py``).
 """
 
@@ -55,7 +65,7 @@ import os
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from transformer import hardware
 
@@ -285,3 +295,45 @@ def row_topk(x: Tensor, n: int) -> tuple[Tensor, Tensor]:
         index = torch.cat([index, tail], dim=1)
     values, pos = cand.topk(n, dim=-1)
     return values, index.gather(1, pos)
+
+
+# ---------------------------------------------------------------------------- 5. dropout masks
+
+
+def keep_mask(shape: torch.Size, p: float, device: torch.device) -> tuple[Tensor, float]:
+    """A bool mask of ``shape``, True with probability ``1 - p`` rounded to 1/65,536 (5. above),
+    and the scale that keeps the expectation: ``1 / P(True)``."""
+    n = math.prod(shape)
+    drop = round(p * 65536)  # 16-bit values below this are dropped
+    bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-(2**63), None)
+    keep = bits.view(torch.int16)[:n] >= drop - 32768  # (n,) four 16-bit lanes per draw
+    return keep.view(shape), 65536 / (65536 - drop)
+
+
+class _MaskedScale(torch.autograd.Function):
+    """x * keep * scale, with the same mask and scale on the way back."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, keep: Tensor, scale: float) -> Tensor:  # noqa: ANN001, D102
+        ctx.save_for_backward(keep)
+        ctx.scale = scale
+        return x.mul(keep).mul_(scale)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # noqa: ANN001, ANN205, D102
+        (keep,) = ctx.saved_tensors
+        return grad.mul(keep).mul_(ctx.scale), None, None
+
+
+class Dropout(nn.Dropout):
+    """``nn.Dropout`` whose masks, while training on the CPU, come from :func:`keep_mask` (5. above).
+
+    On other devices, in eval mode and at p 0 or 1, it is ``nn.Dropout``.
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x: [...] -> [...]."""
+        if not self.training or x.device.type != "cpu" or not 0.0 < self.p < 1.0 or self.inplace:
+            return super().forward(x)
+        keep, scale = keep_mask(x.shape, self.p, x.device)
+        return _MaskedScale.apply(x, keep, scale)

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer.attention import DecodingState, MultiHeadAttention
-from transformer.cpu_kernels import PackedLinears
+from transformer.cpu_kernels import Dropout, PackedLinears
 from transformer.mechanisms import AttentionConfig, build_mechanism
 
 
@@ -18,7 +18,7 @@ class PositionwiseFeedForward(nn.Module):
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
         self.relu = activation != "gelu"
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         nn.init.xavier_uniform_(self.linear1.weight)
         nn.init.xavier_uniform_(self.linear2.weight)
         self.packed = PackedLinears()  # inference copies of the matrices above (cpu_kernels.py)
@@ -39,7 +39,7 @@ class Sublayer(nn.Module):
     def __init__(self, d_model: int, dropout: float, norm_first: bool, eps: float) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d_model, eps=eps)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.norm_first = norm_first
 
     def pre(self, x: Tensor) -> Tensor:

@@ -314,3 +314,44 @@ def test_multi_head_attention_takes_the_seam_only_where_it_pays():
     with_weights, _ = mha.self_attention(x, causal=True, need_weights=True)
     with torch.no_grad():
         torch.testing.assert_close(mha.self_attention(x, causal=True)[0], with_weights, atol=1e-6, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------- 5. dropout masks
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.5])
+def test_dropout_keeps_the_rate_and_the_expectation(p):
+    torch.manual_seed(0)
+    x = torch.ones(200_003)  # not a multiple of four: the last draw is cut
+    y = cpu_kernels.Dropout(p).train()(x)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - (1 - p)) < 0.005
+    # What is kept is scaled by the inverse of the (rounded) keep rate: the mean stays 1.
+    assert torch.allclose(y[kept], torch.full_like(y[kept], 65536 / (65536 - round(p * 65536))))
+    assert abs(y.mean().item() - 1.0) < 0.01
+
+
+def test_dropout_lanes_are_independent_and_uniform():
+    """Each of a draw's four 16-bit lanes drops at the same rate (no lane with a fixed bit)."""
+    torch.manual_seed(1)
+    keep, _ = cpu_kernels.keep_mask(torch.Size([4 * 50_000]), 0.5, torch.device("cpu"))
+    rates = keep.view(-1, 4).float().mean(0)
+    assert torch.all((rates - 0.5).abs() < 0.01), rates
+
+
+def test_dropout_backward_uses_the_forward_mask_and_seed_reproduces_it():
+    x = torch.randn(64, 33, requires_grad=True)
+    layer = cpu_kernels.Dropout(0.2).train()
+    torch.manual_seed(3)
+    y = layer(x)
+    y.backward(torch.ones_like(y))
+    assert torch.equal(x.grad != 0, y != 0)
+    torch.manual_seed(3)
+    assert torch.equal(layer(x), y)  # the global generator draws the bits
+
+
+def test_dropout_is_nn_dropout_in_eval_and_in_bfloat16_keeps_its_dtype():
+    x = torch.randn(8, 16)
+    assert torch.equal(cpu_kernels.Dropout(0.1).eval()(x), x)
+    y = cpu_kernels.Dropout(0.1).train()(x.bfloat16())
+    assert y.dtype == torch.bfloat16
