@@ -8,7 +8,10 @@ What is compared, in one process, interleaved round-robin (each round: the same 
 configuration, the order rotated each round so no configuration always runs first):
 
 * ours: ``transformer.Transformer`` (d 256, 3+3 layers, FFN 1024, 4 heads, vocab 8000, shared and
-  tied embeddings, post-LN, dropout 0.1 on embeddings and sub-layer outputs, as conf/model/small);
+  tied embeddings, post-LN, dropout 0.1 on embeddings and sub-layer outputs, as conf/model/small),
+  stepped as the recipe steps it: training's own forward and loss (``training.module.token_losses``:
+  the output projection and loss a block of rows at a time) and the process's allocator settings
+  (``training.memory``, made before torch is imported, as train.py makes them);
 * torch: ``torch.nn.Transformer(batch_first=True)`` of the same sizes with one shared embedding
   table (x sqrt(d)), the same sinusoidal table, and the output projection tied to the embedding.
   Its attention dropout and FFN activation dropout are set to 0, as ours (``nn.Transformer`` has
@@ -20,7 +23,8 @@ configuration, the order rotated each round so no configuration always runs firs
 
 Batches: random token ids in the shapes of real Multi30k de-en batches: the training split's
 subword lengths (SentencePiece model of a Multi30k run, or of the data cache), sorted by length
-and cut into batches of about 2,500 target tokens (the training sampler's bucketing), of which
+and cut as the training sampler cuts them (``data.batching``: at most ``--max-tokens`` padded
+tokens, 4096 as the recipe's ``data.max_tokens``), of which
 ``--batches`` spread over the length range are used in turn. Without a SentencePiece model, lengths
 are drawn from a normal distribution (mean 14, sd 4) and the script says so.
 
@@ -43,6 +47,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from training.memory import configure_allocators  # noqa: E402
+
+configure_allocators()  # as train.py does, before torch is imported (training/memory.py)
+
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
@@ -59,6 +67,8 @@ from bench.common import (  # noqa: E402
     set_threads,
     write_json,
 )
+from data.batching import token_budget_batches  # noqa: E402
+from training.module import token_losses  # noqa: E402
 from transformer import Transformer, TransformerConfig  # noqa: E402
 from transformer.embeddings import sinusoidal_table  # noqa: E402
 from transformer.hardware import native_bf16  # noqa: E402
@@ -152,8 +162,9 @@ def multi30k_length_pairs() -> tuple[list[tuple[int, int]], str]:
     return pairs, f"Multi30k train de-en subword lengths ({spm_path})"
 
 
-def make_batches(n_batches: int, target_tokens: int, vocab: int, seed: int) -> tuple[list[dict], str]:
-    """``n_batches`` batches of random ids, ~``target_tokens`` real target tokens each."""
+def make_batches(n_batches: int, max_tokens: int, vocab: int, seed: int) -> tuple[list[dict], str]:
+    """``n_batches`` batches of random ids, cut as training cuts them: ``data.max_tokens`` padded
+    tokens, batch size x max(source, target length), at most (``data.batching``)."""
     rng = random.Random(seed)
     pairs, source = multi30k_length_pairs()
     if not pairs:
@@ -163,14 +174,8 @@ def make_batches(n_batches: int, target_tokens: int, vocab: int, seed: int) -> t
             pairs.append((max(3, t + rng.randint(-2, 2)), t))
     rng.shuffle(pairs)
     pairs.sort(key=lambda p: (max(p), p[0], p[1]))  # the training sampler's order
-    cut: list[list[tuple[int, int]]] = [[]]
-    tokens = 0
-    for p in pairs:
-        if tokens + p[1] > target_tokens and cut[-1]:
-            cut.append([])
-            tokens = 0
-        cut[-1].append(p)
-        tokens += p[1]
+    spans = token_budget_batches([max(p) for p in pairs], max_tokens)
+    cut = [pairs[start:stop] for start, stop in spans]
     # Spread over the length range: short, typical and long batches in the corpus' proportions.
     step = len(cut) / n_batches
     chosen = [cut[int(i * step + step / 2)] for i in range(n_batches)]
@@ -236,17 +241,18 @@ class Runner:
         start = time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
-            logits = self.model(batch["src"], batch["tgt_in"])
-            loss = (
-                F.cross_entropy(  # flat (B*T, V) rows, as training/module.py
+            if self.name == "ours":  # training's own forward and loss (training/module.py)
+                losses = token_losses(self.model, batch["src"], batch["tgt_in"], batch["tgt_out"], PAD, 0.1)
+            else:  # nn.Transformer's logits, then the loss on flat (B*T, V) rows
+                logits = self.model(batch["src"], batch["tgt_in"])
+                losses = F.cross_entropy(
                     logits.float().flatten(0, 1),
                     batch["tgt_out"].flatten(),
                     ignore_index=PAD,
                     label_smoothing=0.1,
-                    reduction="sum",
+                    reduction="none",
                 )
-                / batch["tokens"]
-            )
+            loss = losses.sum() / batch["tokens"]
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.opt.step()
@@ -325,7 +331,12 @@ def main() -> None:
     )
     parser.add_argument("--warmup", type=int, default=3, help="untimed rounds first")
     parser.add_argument("--batches", type=int, default=10, help="distinct batches, used in turn")
-    parser.add_argument("--target-tokens", type=int, default=2500, help="real target tokens per batch")
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=4096,
+        help="padded tokens per batch, as data.max_tokens (default 4096: the Multi30k recipe's)",
+    )
     parser.add_argument(
         "--precisions",
         nargs="+",
@@ -347,7 +358,7 @@ def main() -> None:
         if not native_bf16():
             print("bf16 left out: no native bf16 on this CPU (transformer/hardware.py), it would be emulated")
     s = Sizes(d_model=32, n_heads=2, layers=1, d_ff=64, vocab=500) if args.tiny else Sizes()
-    batches, length_source = make_batches(args.batches, args.target_tokens, s.vocab, args.seed)
+    batches, length_source = make_batches(args.batches, args.max_tokens, s.vocab, args.seed)
     runners = build_runners(s, ["ours", "torch"], args.precisions, args.seed)
     n_params = {r.name: sum(p.numel() for p in r.model.parameters()) for r in runners}
 
@@ -356,7 +367,7 @@ def main() -> None:
     config = {
         **environment(args.threads),
         "model": f"{s} (ours {n_params['ours']:,} parameters, nn.Transformer {n_params['torch']:,})",
-        "batches": f"{len(batches)} of ~{args.target_tokens} real target tokens; {length_source}",
+        "batches": f"{len(batches)} of at most {args.max_tokens} padded tokens; {length_source}",
         "batch shapes (b, S, T)": " ".join(str(b["padded"]) for b in batches),
         "target tokens per batch": " ".join(str(b["tokens"]) for b in batches),
         "optimizer": "Adam lr 1e-4 betas (0.9, 0.98) eps 1e-9; label smoothing 0.1; clip 1.0",
