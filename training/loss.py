@@ -5,8 +5,7 @@ and keeps four tensors of [tokens, vocabulary] (the logits, their fp32 copy, the
 in the backward pass, its gradient): with 8,000 words and ~3,000 target tokens a batch, 100 MB
 each in fp32, each written and read whole from memory, the largest activations of the model
 (BENCHMARKS.md, "Training speed and memory"). Here the logits of ``block_rows`` rows at a time
-are made, turned into their losses and into their gradient while they are in the CPU's cache,
-and dropped: what is kept for the backward pass is one [tokens, vocabulary] tensor, the gradient
+are made, turned into their losses and into their gradient, and dropped: what is kept for the backward pass is one [tokens, vocabulary] tensor, the gradient
 with respect to the logits, in the matmul's precision (bf16 under autocast), and what the
 backward pass does with it is two matrix products. The gradient can be made in the forward pass
 because the loss is the last step: the gradient of each row's loss with respect to its logits is
@@ -24,9 +23,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-# Rows per block: 64 rows of 8,000 fp32 logits are 2 MB, a core's L2 cache on recent x86 server
-# CPUs, where the block stays while its loss and gradient are computed from it.
-BLOCK_ROWS = 64
+# Rows per block: 2,048 rows of 8,000 fp32 logits are 64 MB at a time. Smaller blocks were slower
+# on 2 cores (each elementwise pass over a block is too short to split across threads well: 64
+# and 256 rows took 2.3x and 1.2x the two-call form's time), larger ones only hold more memory
+# (BENCHMARKS.md, "Training speed and memory").
+BLOCK_ROWS = 2048
 
 
 def _compute_dtype(x: Tensor) -> torch.dtype:
