@@ -3,8 +3,9 @@
 Each test builds ours and theirs with ``bench/attention_reference.py``'s mapping of our settings
 (the one that the benchmark times), gives both the same projections (theirs copied into ours;
 a bias theirs lacks is zero in ours) and the same random features or projection matrices, and
-asserts equal outputs at fp32 precision. Tiny shapes, one thread. Skipped, with the package's
-name, where the ``bench`` extra is not installed (CI installs ``.[dev]`` only).
+asserts equal outputs at fp32 precision. Tiny shapes, one thread. The packages are in the ``dev``
+extra, which CI installs, so these run there; skipped, with the package's name, where they are
+not installed.
 
 Where the mathematics differs, the test makes it the same and says how:
 
@@ -60,7 +61,7 @@ D_HEAD = D_MODEL // HEADS
 def needs(package: str, module: str):
     """The module of a reference package, or a skip naming it and the extra."""
     return pytest.importorskip(
-        module, reason=f"{package} not installed (the bench extra: pip install -e '.[bench]')"
+        module, reason=f"{package} not installed (the dev extra: pip install -e '.[dev]')"
     )
 
 
