@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from transformer import cpu_kernels
 from transformer.cpu_kernels import PackedLinears
+from transformer.registry import Mechanism, register
 
 
 def causal_mask(q_len: int, k_len: int, device: torch.device) -> Tensor:
@@ -473,3 +474,6 @@ class KVCache:
         if self._buf is not None:
             new[:, :, :, : self.length] = self._buf[:, :, :, : self.length]
         self._buf, self._store = new, store
+
+
+register(Mechanism("softmax", build=lambda cfg, d_head, dropout: SoftmaxAttention(dropout)))

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer.feature_maps import (
+    EluFeatureMap,
     FavorFeatureMap,
     RunningMax,
     SequenceMax,
@@ -50,6 +51,7 @@ from transformer.feature_maps import (
     favor_features,
     favor_features_backward,
 )
+from transformer.registry import Mechanism, Setting, register
 
 # The normaliser's floor: it is a sum of positive terms, 0 only where every one underflows, and
 # then the numerator is 0 too; the floor keeps that 0/0 out and changes nothing else.
@@ -431,3 +433,30 @@ class LinearAttention(nn.Module):
     def new_state(self, max_steps: int) -> LinearState:
         """An empty RNN state; its size does not depend on ``max_steps``."""
         return LinearState()
+
+
+register(
+    Mechanism(
+        "linear",
+        build=lambda cfg, d_head, dropout: LinearAttention(EluFeatureMap()),
+        has_weights=False,
+    )
+)
+register(
+    Mechanism(
+        "performer",
+        build=lambda cfg, d_head, dropout: LinearAttention(
+            FavorFeatureMap(d_head, cfg.features, cfg.redraw_interval)
+        ),
+        settings=(
+            Setting("features", 256, "performer: random features m", minimum=1),
+            Setting(
+                "redraw_interval",
+                1000,
+                "performer: training forward passes between redraws; 0 never",
+                minimum=0,
+            ),
+        ),
+        has_weights=False,
+    )
+)

@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from transformer.attention import attend, scaled_dot_product_attention
+from transformer.registry import Mechanism, Setting, register
 
 
 class LinformerAttention(nn.Module):
@@ -163,3 +164,16 @@ def _across_heads(e: Tensor, x: Tensor) -> Tensor:
     # Here it comes back as [n, H·d].
     out = torch.bmm(e.expand(b, -1, -1), x.transpose(1, 2).reshape(b, n, h * d))  # (B, k, H·d)
     return out.view(b, -1, h, d).transpose(1, 2)
+
+
+register(
+    Mechanism(
+        "linformer",
+        build=lambda cfg, d_head, dropout: LinformerAttention(cfg.projected_length, cfg.max_length, dropout),
+        settings=(
+            Setting("projected_length", 64, "linformer: k, the keys and values are projected to", minimum=1),
+            Setting("max_length", 1024, "linformer: the longest sequence its projections cover", minimum=1),
+        ),
+        refuses={"decoder_self": "not causal: each projected key mixes all positions, later ones too"},
+    )
+)

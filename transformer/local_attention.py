@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transformer.registry import Mechanism, Setting, register
+
 
 def _masked_softmax(scores: Tensor, allowed: Tensor) -> Tensor:
     """Softmax over the allowed entries, in fp32. A row with none allowed gets finite weights
@@ -256,3 +258,43 @@ class LocalAttention(nn.Module):
     def new_state(self, max_steps: int) -> WindowCache:
         """An empty cache that will hold at most the last (w - 1)·δ + 1 positions."""
         return WindowCache(self.span)
+
+
+WINDOW = Setting(
+    "window", 32, "local/atrous/sparse: positions a query sees on each side, itself included", minimum=1
+)
+register(
+    Mechanism(
+        "local",
+        build=lambda cfg, d_head, dropout: LocalAttention(cfg.window, dropout=dropout),
+        settings=(WINDOW,),
+        refuses={"cross": "a window of nearby positions means nothing between a target and its source"},
+    )
+)
+register(
+    Mechanism(
+        "atrous",
+        build=lambda cfg, d_head, dropout: LocalAttention(cfg.window, dilation=cfg.dilation, dropout=dropout),
+        settings=(
+            WINDOW,
+            Setting("dilation", 2, "atrous: distance between the window's positions", minimum=1),
+        ),
+        refuses={"cross": "a dilated window of positions means nothing between a target and its source"},
+    )
+)
+register(
+    Mechanism(
+        "sparse",
+        build=lambda cfg, d_head, dropout: LocalAttention(cfg.window, stride=cfg.stride, dropout=dropout),
+        settings=(
+            WINDOW,
+            Setting(
+                "stride",
+                32,
+                "sparse: every stride-th position is a summary all (later) queries see",
+                minimum=1,
+            ),
+        ),
+        refuses={"cross": "its local + strided pattern is defined over one sequence's positions"},
+    )
+)

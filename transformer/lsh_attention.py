@@ -52,6 +52,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transformer.registry import Mechanism, Setting, register
+
 SELF = -1e5  # a position's score for itself: it attends to itself only when nothing else is allowed
 NEG = -1e9  # the score of a position not in P_i: finite, so no row is ever NaN
 WINDOWS = ("sliding", "chunks")  # which sorted positions a query may see (the module docstring)
@@ -373,3 +375,43 @@ class LSHAttention(nn.Module):
     def new_state(self, max_steps: int) -> LSHCache:
         """An empty cache with room for ``max_steps`` positions and each bucket's last c (causal)."""
         return LSHCache(max_steps, self.chunk, self.buckets, self.rounds)
+
+
+def _check(cfg) -> None:
+    """The LSH settings a bound cannot state (``registry.Mechanism.check``)."""
+    if cfg.buckets > 1 and cfg.buckets % 2:
+        raise ValueError(f"attention.buckets must be 1 or even, not {cfg.buckets}")
+    if cfg.lsh_window not in WINDOWS:
+        raise ValueError(f"attention.lsh_window is one of {', '.join(WINDOWS)}, not {cfg.lsh_window!r}")
+    if cfg.lsh_window == "chunks" and cfg.decoder_self == "lsh":
+        raise ValueError(
+            "attention.lsh_window=chunks is for encoder_self: causal, a query's chunk would depend "
+            "on later tokens' buckets; decoder_self=lsh needs lsh_window=sliding"
+        )
+
+
+register(
+    Mechanism(
+        "lsh",
+        build=lambda cfg, d_head, dropout: LSHAttention(
+            d_head, cfg.buckets, cfg.rounds, cfg.chunk_length, dropout=dropout, window=cfg.lsh_window
+        ),
+        settings=(
+            Setting("buckets", 8, "lsh: hash buckets b, 1 or even", minimum=1),
+            Setting("rounds", 2, "lsh: hash rounds, each with its own random rotations", minimum=1),
+            Setting(
+                "chunk_length",
+                64,
+                "lsh: sorted positions a query sees back (and forward unless causal)",
+                minimum=1,
+            ),
+            Setting(
+                "lsh_window",
+                "sliding",
+                "lsh: sliding (chunk_length each way) or chunks (Reformer's; encoder)",
+            ),
+        ),
+        refuses={"cross": "its buckets hash one sequence's shared queries and keys; a source has no queries"},
+        check=_check,
+    )
+)
