@@ -16,14 +16,8 @@ from transformer.mechanisms import REFUSED, AttentionConfig, build_mechanism
 
 SETTINGS = dict(window=16, dilation=2, stride=32, features=32, projected_length=32, max_length=8192)
 SETTINGS.update(landmarks=32, buckets=8, rounds=2, chunk_length=32)
-# Sparse keeps its n × n/l strided scores for backward: with a fixed stride l that is quadratic
-# (11x here), with l ~ √n n^1.5 (8x). Meeting the bound needs its strided part recomputed in
-# backward from per-row logsumexps (as flash attention does); until then the test says so.
-QUADRATIC_TODAY = pytest.mark.xfail(
-    strict=True, reason="sparse: its n x n/stride scores are kept for backward"
-)
 CASES = [
-    pytest.param(name, role, id=f"{name}-{role}", marks=[QUADRATIC_TODAY] if name == "sparse" else [])
+    pytest.param(name, role, id=f"{name}-{role}")
     for name in REFUSED
     if name != "softmax"
     for role in ("encoder_self", "decoder_self")
