@@ -13,7 +13,9 @@ Softmax attention (equation (1) of Vaswani et al.) with query i restricted to a 
 * sparse, stride l: the local window and every l-th position, {j : j mod l = l - 1} (causal:
   j ≤ i), the "fixed" pattern of Child et al. 2019 (section 4.2, equation (3)'s A(1) as a sliding
   window and A(2) with c = 1), so information crosses the whole sequence in two steps. O(n·(w +
-  n/l)·d) time: sub-quadratic for l ~ √n.
+  n/l)·d) time: sub-quadratic for l ~ √n. O(n·(w + d)) memory: the summaries' [n, n/l] weights
+  are made a block of queries at a time and again for backward (:class:`StridedSummaries`),
+  except with attention dropout, whose dropped weights are kept.
 
 No n × n matrix is built: the sequence is cut into blocks of w queries, each scored against the
 keys of its own block and the next ones on either side (2w or 3w keys); a dilated window is a
