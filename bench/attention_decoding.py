@@ -2,16 +2,20 @@
 
     python bench/attention_decoding.py
     python bench/attention_decoding.py --steps 4096 --mechanisms softmax linear performer local
+    python bench/attention_decoding.py --steps 4096 --mechanisms softmax lsh --d-model 64 --heads 4
 
 Issue 23, item 3. One ``MultiHeadAttention`` layer (``--d-model`` 512, ``--heads`` 8 of 64, batch
 1, inference mode) decodes ``--steps`` steps greedily: each step feeds one position, the layer's
 output (layer-normalised) being the next step's input, through the mechanism's own decoding state
 (``mechanism.new_state``: ``KVCache`` for softmax, the RNN state (S, Z) for linear and Performer,
-the window cache for local). Per mechanism: the mean time of the first and last 10% of the steps
+the window cache for local, the cache and each bucket's last c positions for LSH). Per mechanism:
+the mean time of the first and last 10% of the steps
 and their ratio (the issue's target: last / first ≤ 1.2 for the constant-state mechanisms;
 softmax's grows with the cache), beside the same ratio of the analytic FLOPs of a step; the
 state's bytes (the tensors it holds, storage allocated) at the first and last step; the total time
-and FLOPs as ratios to softmax's.
+and FLOPs as ratios to softmax's; and the peak bytes of tensor storage over the whole decoding,
+counted exactly (``bench/storage_meter.py``, in a second, untimed pass), beside softmax's (issue
+41, item 3: LSH's 4,096 steps in a tiny model at ≤ 1.0x softmax's time and memory).
 
 Not a test: the figures depend on the machine. Results: BENCHMARKS.md, "Attention mechanisms".
 """
@@ -29,7 +33,7 @@ if str(ROOT) not in sys.path:  # run as `python bench/x.py` without installing t
 
 from bench.common import environment, print_config, print_table, set_threads, write_json  # noqa: E402
 
-MECHANISMS = ("softmax", "linear", "performer", "local")
+MECHANISMS = ("softmax", "linear", "performer", "local", "lsh")
 
 
 def state_bytes(state: object) -> int:
@@ -37,7 +41,7 @@ def state_bytes(state: object) -> int:
     import torch
 
     seen, total = set(), 0
-    for value in vars(state).values():
+    for value in vars(state).values():  # (an LSHCache's ring and counts are small beside its kv)
         if isinstance(value, torch.Tensor):
             storage = value.untyped_storage()
             if storage.data_ptr() not in seen:
@@ -59,15 +63,39 @@ def step_flops(name: str, t: int, d_model: int, heads: int, cfg) -> float:
         core = 2 * 3 * m * d_model + 2 * 2 * d_head * m * heads  # as linear with m, plus φ(q), φ(k)
     elif name == "local":
         core = 2 * 2 * min(t, cfg.window) * d_model  # softmax over the last `window` positions
+    elif name == "lsh":  # the R sets of the last c keys of the query's bucket, and the hash
+        core = (
+            2 * 2 * cfg.rounds * min(t, cfg.chunk_length) * d_model
+            + 2 * d_model * cfg.rounds * cfg.buckets // 2
+        )
     else:
         raise ValueError(name)
     return projections + core
 
 
-def decode(name: str, steps: int, d_model: int, heads: int) -> dict:
+def run_steps(layer, steps: int, d_model: int, times: list | None = None, sizes: list | None = None) -> None:
+    """Decodes ``steps`` steps through ``layer`` from a fixed first input, each output the next input."""
     import torch
     import torch.nn.functional as F
 
+    torch.manual_seed(1)
+    with torch.inference_mode():
+        state = layer.mechanism.new_state(steps)
+        x = torch.randn(1, 1, d_model)
+        for _ in range(steps):
+            start = time.perf_counter()
+            out, _ = layer.self_attention(x, causal=True, cache=state)
+            x = F.layer_norm(out, (d_model,))
+            if times is not None:
+                times.append(time.perf_counter() - start)
+            if sizes is not None:
+                sizes.append(state_bytes(state))
+
+
+def decode(name: str, steps: int, d_model: int, heads: int, memory: bool = True) -> dict:
+    import torch
+
+    from bench.storage_meter import StorageMeter
     from transformer.attention import MultiHeadAttention
     from transformer.mechanisms import AttentionConfig, build_mechanism
 
@@ -77,15 +105,12 @@ def decode(name: str, steps: int, d_model: int, heads: int) -> dict:
         d_model, heads, mechanism=build_mechanism("decoder_self", cfg, d_model // heads, 0.0)
     ).eval()
     times, state_sizes = [], []
-    with torch.inference_mode():
-        state = layer.mechanism.new_state(steps)
-        x = torch.randn(1, 1, d_model)
-        for _ in range(steps):
-            start = time.perf_counter()
-            out, _ = layer.self_attention(x, causal=True, cache=state)
-            x = F.layer_norm(out, (d_model,))
-            times.append(time.perf_counter() - start)
-            state_sizes.append(state_bytes(state))
+    run_steps(layer, steps, d_model, times, state_sizes)
+    peak = float("nan")
+    if memory:  # a second pass: the meter's bookkeeping would slow the timed one
+        with StorageMeter() as meter:
+            run_steps(layer, steps, d_model)
+        peak = meter.peak_bytes
     tenth = max(1, steps // 10)
     first, last = sum(times[:tenth]) / tenth, sum(times[-tenth:]) / tenth
     flops = [step_flops(name, t, d_model, heads, cfg) for t in range(1, steps + 1)]
@@ -100,6 +125,7 @@ def decode(name: str, steps: int, d_model: int, heads: int) -> dict:
         "total_s": sum(times),
         "total_flops": sum(flops),
         "step_ms": [s * 1e3 for s in times],
+        "peak_bytes": peak,
     }
 
 
@@ -110,6 +136,9 @@ def main() -> None:
     parser.add_argument("--d-model", type=int, default=512, help="model width")
     parser.add_argument("--heads", type=int, default=8, help="attention heads")
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads")
+    parser.add_argument(
+        "--no-memory", action="store_true", help="skip the second, metered pass (peak storage bytes)"
+    )
     parser.add_argument(
         "--json", default="attention_decoding", help="results file: bench/results/<name>.json"
     )
@@ -131,7 +160,7 @@ def main() -> None:
     print_config("attention decoding", config)
     results = {}
     for name in args.mechanisms:
-        results[name] = decode(name, args.steps, args.d_model, args.heads)
+        results[name] = decode(name, args.steps, args.d_model, args.heads, not args.no_memory)
         r = results[name]
         print(f"  {name}: {r['total_s']:.2f} s, last/first {r['last_over_first']:.2f}", flush=True)
     base = results.get("softmax")
@@ -139,6 +168,7 @@ def main() -> None:
     for name, r in results.items():
         total_ratio = r["total_s"] / base["total_s"] if base else float("nan")
         flop_ratio = r["total_flops"] / base["total_flops"] if base else float("nan")
+        peak_ratio = r["peak_bytes"] / base["peak_bytes"] if base else float("nan")
         rows.append(
             [
                 name,
@@ -151,6 +181,8 @@ def main() -> None:
                 r["total_s"],
                 total_ratio,
                 flop_ratio,
+                r["peak_bytes"] / 1024,
+                peak_ratio,
                 "met" if r["last_over_first"] <= 1.2 else "not met",
             ]
         )
@@ -167,6 +199,8 @@ def main() -> None:
             "total s",
             "total vs softmax",
             "FLOPs vs softmax",
+            "peak KiB",
+            "peak vs softmax",
             "last/first ≤ 1.2",
         ],
         rows,

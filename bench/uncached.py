@@ -60,7 +60,7 @@ class Recomputing:
         (the decoder output [rows, d_model] instead if not ``project``, as ``Transformer.decode_step``)."""
         new = tokens[:, None]  # (rows, 1)
         state.prefix = new if state.prefix is None else torch.cat([state.prefix, new], dim=1)
-        cross_kv = self.model.project_memory(state.memory)
+        cross_kv = self.model.project_memory(state.memory, state.src_mask)
         y = self.model.decode(state.prefix, cross_kv, state.src_mask, last_only=True, project=False)[0][:, 0]
         return self.model.logits(y) if project else y
 

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from transformer import cpu_kernels
 from transformer.cpu_kernels import PackedLinears
+from transformer.registry import Mechanism, register
 
 
 def causal_mask(q_len: int, k_len: int, device: torch.device) -> Tensor:
@@ -154,6 +155,17 @@ class DecodingState(Protocol):
         ...
 
 
+class SourceSummary(tuple):
+    """Cross-attention's source as a mechanism that ``summarise``s keeps it (a tuple of tensors,
+    each [n_src, ...]): [S, Z] for linear attention and the Performer, (E K, F V) for Linformer.
+
+    Made once per source sentence by ``MultiHeadAttention.project_kv``, as softmax's K/V are, and
+    then every decoding step's queries read it (``mechanism.attend_summary``) instead of reducing
+    the source's keys again: its size and a step's cost do not grow with the source's length.
+    A tuple, so that ``DecoderState.select`` reorders it as it does (k, v).
+    """
+
+
 class SoftmaxAttention(nn.Module):
     """Equation (1), the mechanism every other one is compared with, behind the mechanisms' signature.
 
@@ -201,7 +213,7 @@ class MultiHeadAttention(nn.Module):
 
     * encoder self-attention: ``self_attention(x, mask=src_mask)``;
     * decoder masked self-attention: ``self_attention(y, causal=True, cache=KVCache())``;
-    * encoder-decoder attention: ``cross_attention(y, project_kv(memory), mask=src_mask)``.
+    * encoder-decoder attention: ``cross_attention(y, project_kv(memory, src_mask), mask=src_mask)``.
 
     The Q, K and V projections live in one [3*d_model, d_model] matrix (``in_proj``), the layout
     of ``torch.nn.MultiheadAttention``: self-attention does one matmul for all three, and
@@ -239,16 +251,30 @@ class MultiHeadAttention(nn.Module):
         b, _, t, _ = x.shape
         return x.transpose(1, 2).reshape(b, t, self.d_model)
 
-    def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Encoder output to cross-attention keys and values, once per source sentence.
+    def project_kv(
+        self, memory: Tensor, mask: Tensor | None = None, summarise: bool = True
+    ) -> tuple[Tensor, ...]:
+        """Encoder output to what cross-attention reads, once per source sentence.
 
-        memory: [batch, src_len, d_model] -> (k, v), each [batch, heads, src_len, d_head].
+        Args:
+            memory: [batch, src_len, d_model].
+            mask: bool [batch, 1, 1, src_len], True at real source tokens (a summary leaves the
+                padding out here; softmax's K/V take it in ``cross_attention``).
+            summarise: False keeps (k, v) even for a mechanism that summarises (for its weights).
+
+        Returns:
+            (k, v), each [batch, heads, src_len, d_head]; or, for a mechanism that declares
+            ``summarise`` (linear, Performer, Linformer), its ``SourceSummary`` of them.
         """
         w = self.in_proj.weight[self.d_model :]
         b = self.in_proj.bias[self.d_model :]
         k, v = self.packed.linear("kv", memory, w, b).chunk(2, dim=-1)  # (B, S, D) each
         # Contiguous once here, or every decoding step's matmul would copy them.
-        return self._split_heads(k).contiguous(), self._split_heads(v).contiguous()
+        k, v = self._split_heads(k).contiguous(), self._split_heads(v).contiguous()
+        summary = getattr(self.mechanism, "summarise", None)
+        if summary is None or not summarise:
+            return k, v
+        return SourceSummary(summary(k, v, mask))
 
     def self_attention(
         self,
@@ -309,15 +335,18 @@ class MultiHeadAttention(nn.Module):
 
         Args:
             x: [n_src * g, len, d_model] decoder states.
-            kv: (k, v) from ``project_kv``, each [n_src, heads, src_len, d_head].
+            kv: (k, v) from ``project_kv``, each [n_src, heads, src_len, d_head], or its
+                ``SourceSummary`` (then read by ``mechanism.attend_summary``; no weights).
             mask: bool [n_src, 1, 1, src_len], True at real source tokens.
             need_weights: use the written-out path and return the weights.
 
         Returns:
             [n_src * g, len, d_model] and the weights [n_src * g, heads, len, src_len] or None.
         """
-        k, v = kv
-        n_src = k.size(0)
+        summary = isinstance(kv, SourceSummary)
+        if summary and need_weights:
+            raise ValueError("a SourceSummary has no weights: project_kv(..., summarise=False) for them")
+        n_src = kv[0].size(0)
         rows, t, _ = x.shape
         if rows % n_src:
             raise ValueError(f"{rows} decoder rows do not split evenly over {n_src} sources")
@@ -327,7 +356,10 @@ class MultiHeadAttention(nn.Module):
             # (n*g, H, T, Dh) -> (n, H, g*T, Dh): hypotheses of one source become more queries.
             q = q.view(n_src, g, self.n_heads, t, self.d_head).transpose(1, 2)
             q = q.reshape(n_src, self.n_heads, g * t, self.d_head)
-        out, weights = self.mechanism(q, k, v, mask, False, None, need_weights)
+        if summary:
+            out, weights = self.mechanism.attend_summary(q, kv), None
+        else:
+            out, weights = self.mechanism(q, *kv, mask, False, None, need_weights)
         if g > 1:
             out = out.view(n_src, self.n_heads, g, t, self.d_head).transpose(1, 2)
             out = out.reshape(rows, self.n_heads, t, self.d_head)
@@ -442,3 +474,6 @@ class KVCache:
         if self._buf is not None:
             new[:, :, :, : self.length] = self._buf[:, :, :, : self.length]
         self._buf, self._store = new, store
+
+
+register(Mechanism("softmax", build=lambda cfg, d_head, dropout: SoftmaxAttention(dropout)))

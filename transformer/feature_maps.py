@@ -6,9 +6,11 @@
   Performers"): positive orthogonal random features whose dot product is an unbiased estimate
   of the softmax kernel exp(q·k / √d). O(n·m·d) for m features.
 
-Both are called as ``feature_map(x, is_query)`` on [batch, heads, len, d_head] and return
-[batch, heads, len, features]; ``redraw()`` is called by the attention once per training
-forward pass (a no-op for elu+1).
+Both are called as ``feature_map(x, is_query, stabiliser, keep)`` on [batch, heads, len, d_head]
+and return [batch, heads, len, features]; ``redraw()`` is called by the attention once per
+training forward pass (a no-op for elu+1). ``stabiliser`` (FAVOR+ keys only, see
+:class:`SequenceMax` and :class:`RunningMax`) and ``keep`` (0 at padded keys, whose features are
+then 0) are ignored by elu+1, which needs neither.
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ from torch import Tensor, nn
 class EluFeatureMap(nn.Module):
     """φ(x) = elu(x) + 1 (equation (7)): positive, so the normaliser φ(q)·Σφ(k) never vanishes."""
 
-    def forward(self, x: Tensor, is_query: bool) -> Tensor:
+    def forward(
+        self, x: Tensor, is_query: bool, stabiliser: object | None = None, keep: Tensor | None = None
+    ) -> Tensor:
+        """x: [..., len, d] -> φ(x) [..., len, d]; padded keys (``keep`` 0) are the caller's to zero."""
         return F.elu(x).add_(1.0)  # in place: elu's gradient is computed from x, not its output
 
     def redraw(self) -> None:
@@ -57,9 +62,12 @@ class FavorFeatureMap(nn.Module):
         φ(x) = exp(ω_i·x - |x|²/2)_{i=1..m} / √m
 
     makes φ(q)·φ(k) an unbiased estimate of it, positive (unlike sin/cos features), with an
-    error that falls as m grows. Queries are stabilised by their own largest exponent, which
-    cancels in attention's normalisation; keys are not (a constant shared by all keys would have
-    to be known before decoding sees them): ω·x - |x|²/2 ≤ |ω|²/2 bounds their exponent.
+    error that falls as m grows. Both sides are stabilised by constants that cancel in
+    attention's normalisation, as the paper's code does: a query by its own largest exponent;
+    keys by the largest exponent over the keys a query sees with them, one constant for a whole
+    sequence (:class:`SequenceMax`), or, causal, the largest so far, the state rescaled when it
+    grows (:class:`RunningMax`). Without the keys' constant, at query and key norms of 32
+    (d = 64) every key's exp(ω·x - |x|²/2) is below 1e-20 and the normaliser vanishes.
 
     Args:
         d_head: the width d of queries and keys.
@@ -85,9 +93,16 @@ class FavorFeatureMap(nn.Module):
             self.calls = 0
         self.calls += 1
 
-    def forward(self, x: Tensor, is_query: bool) -> Tensor:
-        """x: [..., len, d] -> φ(x) [..., len, m] (in x's dtype, fp32 in practice)."""
-        return PositiveRandomFeatures.apply(x, self.scaled_omega(x.dtype), is_query)
+    def forward(
+        self, x: Tensor, is_query: bool, stabiliser: object | None = None, keep: Tensor | None = None
+    ) -> Tensor:
+        """x: [..., len, d] -> φ(x) [..., len, m] (in x's dtype, fp32 in practice).
+
+        stabiliser: keys only, the constant(s) their exponents are lowered by (:class:`SequenceMax`,
+        :class:`RunningMax`); None: none. keep: [..., len, 1], 0 at padded keys: their φ is 0 and
+        they take no part in the stabiliser.
+        """
+        return PositiveRandomFeatures.apply(x, self.scaled_omega(x.dtype), is_query, stabiliser, keep)
 
     def scaled_omega(self, dtype: torch.dtype) -> Tensor:
         """ω d^-1/4, [m, d]: exp(q·k/√d) = exp((q d^-1/4)·(k d^-1/4)), so the d^-1/4 goes into ω."""
@@ -109,22 +124,33 @@ class PositiveRandomFeatures(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x: Tensor, w: Tensor, is_query: bool) -> Tensor:
+    def forward(
+        ctx,
+        x: Tensor,
+        w: Tensor,
+        is_query: bool,
+        stabiliser: object | None = None,
+        keep: Tensor | None = None,
+    ) -> Tensor:
         """x: [..., len, d], w: [m, d] (ω scaled by d^-1/4) -> φ(x) [..., len, m]."""
-        phi = favor_features(x, w, is_query)
+        phi = favor_features(x, w, is_query, stabiliser, keep)
         ctx.save_for_backward(x, w, phi)
         return phi
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, None, None]:
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, None, None, None, None]:
         x, w, phi = ctx.saved_tensors
         if not ctx.needs_input_grad[0]:
-            return None, None, None
-        return favor_features_backward(x, w, phi, grad), None, None
+            return None, None, None, None, None
+        return favor_features_backward(x, w, phi, grad), None, None, None, None
 
 
-def favor_features(x: Tensor, w: Tensor, is_query: bool) -> Tensor:
-    """φ(x) of :class:`PositiveRandomFeatures`, no autograd: x [..., len, d], w [m, d] -> [..., len, m]."""
+def favor_exponent(x: Tensor, w: Tensor, is_query: bool) -> Tensor:
+    """log φ(x) before the keys' stabiliser: x [..., len, d], w [m, d] -> [..., len, m].
+
+    A query's is lowered by its own largest entry (so its largest feature is 1/√m); a key's is
+    ω·x - s²|x|²/2 - log √m, for the caller to lower by a constant shared by the keys it sums.
+    """
     u = x @ w.T  # (..., len, m)
     log_sqrt_m = 0.5 * math.log(w.size(0))
     if is_query:  # exp(u - |x|²/2 - max_i(u_i - |x|²/2)) = exp(u - max_i u_i): |x|² drops out
@@ -132,7 +158,73 @@ def favor_features(x: Tensor, w: Tensor, is_query: bool) -> Tensor:
     else:
         s2 = w.size(1) ** -0.5  # s², the square of ω's scale d^-1/4
         u -= (0.5 * s2) * (x * x).sum(-1, keepdim=True) + log_sqrt_m
+    return u
+
+
+def favor_features(
+    x: Tensor, w: Tensor, is_query: bool, stabiliser: object | None = None, keep: Tensor | None = None
+) -> Tensor:
+    """φ(x) of :class:`PositiveRandomFeatures`, no autograd: x [..., len, d], w [m, d] -> [..., len, m].
+
+    stabiliser: keys only: called with each key's largest exponent [..., len, 1] (-inf at padded
+    keys), it returns the constant(s) to lower them by, broadcastable to [..., len, 1]. keep:
+    [..., len, 1] or None, 0 at padded keys: their φ is exactly 0.
+    """
+    u = favor_exponent(x, w, is_query)
+    pad = None if keep is None else keep == 0
+    if stabiliser is not None and not is_query:
+        top = u.amax(-1, keepdim=True)  # (..., len, 1)
+        u -= stabiliser(top if pad is None else top.masked_fill(pad, -math.inf))
+    if pad is not None:
+        u.masked_fill_(pad, -math.inf)
     return u.exp_()
+
+
+class SequenceMax:
+    """The keys' stabiliser where a query sees the whole sequence: its largest exponent.
+
+    Lowering every key's exponent by one constant c divides φ(q)·Σφ(k)v and φ(q)·Σφ(k) alike by
+    e^c: the output is unchanged (and so is its gradient, c held fixed). c is taken per sequence
+    and head over the real keys, as the Performer's code does, so that no key's features underflow
+    for being small beside another sentence's. ``offset`` keeps the last c, [..., 1, 1].
+    """
+
+    def __init__(self) -> None:
+        self.offset: Tensor | None = None
+
+    def __call__(self, top: Tensor) -> Tensor:
+        """top: [..., len, 1] each key's largest exponent (-inf where padded) -> c [..., 1, 1]."""
+        c = top.amax(-2, keepdim=True)
+        self.offset = torch.where(torch.isfinite(c), c, torch.zeros_like(c))  # no real key: 0
+        return self.offset
+
+
+class RunningMax:
+    """The keys' stabiliser of causal attention: the largest exponent so far, one per chunk.
+
+    A query at position i may only be stabilised by keys j ≤ i, so chunk c (``chunk`` positions)
+    takes M_c = max(M_{c-1}, its keys' largest exponent), starting from ``before`` (the decoding
+    state's, [..., 1, 1]) or -inf; sums made under M_{c-1} are carried into chunk c multiplied by
+    e^(M_{c-1} - M_c) ≤ 1 (the running rescale of ``linear_attention.causal_linear``). Each
+    query's numerator and normaliser then share its chunk's e^(-M_c), which cancels.
+    ``chunks`` keeps the M_c, [..., n_chunks].
+    """
+
+    def __init__(self, chunk: int, before: Tensor | None = None) -> None:
+        self.chunk, self.before = chunk, before
+        self.chunks: Tensor | None = None
+
+    def __call__(self, top: Tensor) -> Tensor:
+        """top: [..., len, 1] each key's largest exponent -> M of each key's chunk, [..., len, 1]."""
+        t = top.size(-2)
+        nc = math.ceil(t / self.chunk)
+        padded = F.pad(top[..., 0], (0, nc * self.chunk - t), value=-math.inf)  # (..., nc * C)
+        m = padded.unflatten(-1, (nc, self.chunk)).amax(-1)  # (..., nc)
+        if self.before is not None:
+            m[..., 0] = torch.maximum(m[..., 0], self.before[..., 0, 0])
+        m = m.cummax(-1).values
+        self.chunks = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        return self.chunks.repeat_interleave(self.chunk, -1)[..., :t, None]
 
 
 def favor_features_backward(x: Tensor, w: Tensor, phi: Tensor, grad: Tensor) -> Tensor:

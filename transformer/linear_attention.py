@@ -20,7 +20,18 @@ Padded keys have φ(K_j) set to 0, so they contribute nothing to either sum. The
 fp32 (at least) whatever the autocast, since they add up n terms.
 
 The non-causal Performer (encoder self-attention, cross-attention) never holds φ(Q) or φ(K) whole:
-:class:`BlockedFavor` makes them a block of positions at a time, and again for backward.
+:class:`FavorKeySums` and :class:`FavorQueries` make them a block of positions at a time, and
+again for backward.
+
+Cross-attention's keys and values are the source's: :meth:`LinearAttention.summarise` reduces them
+to [S, Z] once, when the source is encoded, and each decoding step only multiplies its queries'
+features with it (:meth:`LinearAttention.attend_summary`), O(m·d) a query whatever the source's
+length.
+
+FAVOR+ keys are stabilised by a constant shared by the keys a query sees (``feature_maps``), and
+the normaliser φ(Q_i)·Z_i, a sum of positive terms, is kept from 0 only by the smallest normal
+float (:data:`EPS`): an absolute epsilon of 1e-6 was larger than the whole normaliser of
+large-norm queries and keys, and the output collapsed to 0.
 """
 
 from __future__ import annotations
@@ -31,9 +42,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer.feature_maps import FavorFeatureMap, favor_features, favor_features_backward
+from transformer.feature_maps import (
+    EluFeatureMap,
+    FavorFeatureMap,
+    RunningMax,
+    SequenceMax,
+    favor_exponent,
+    favor_features,
+    favor_features_backward,
+)
+from transformer.registry import Mechanism, Setting, register
 
-EPS = 1e-6  # keeps the normaliser φ(Q_i)·Z_i away from 0
+# The normaliser's floor: it is a sum of positive terms, 0 only where every one underflows, and
+# then the numerator is 0 too; the floor keeps that 0/0 out and changes nothing else.
+EPS = torch.finfo(torch.float32).tiny
 # Values of φ that the blocked Performer (:class:`BlockedFavor`) makes at a time: 1 MiB in fp32,
 # so that a block's features stay in the CPU's cache between the products that use them.
 BLOCK_VALUES = 1 << 18
@@ -46,10 +68,13 @@ class LinearState:
     Kept as one tensor ``sz`` [rows, heads, m, d_v + 1] whose last column is Z (the sums of
     [v, 1], see :func:`causal_linear`); ``s`` [rows, heads, m, d_v] and ``z`` [rows, heads, m]
     are views of it. None before the first step. Its size does not grow with the number of steps.
+    FAVOR+ also keeps ``offset`` [rows, heads, 1, 1], the keys' stabiliser M that ``sz`` is
+    scaled by (Σ e^(-M) φ(k)[v, 1]ᵀ; ``feature_maps.RunningMax``).
     """
 
     def __init__(self) -> None:
         self.sz: Tensor | None = None
+        self.offset: Tensor | None = None
 
     @property
     def s(self) -> Tensor | None:
@@ -63,6 +88,8 @@ class LinearState:
         """Keeps rows ``rows`` ([new_rows] indices) in that order (beam search); ``spare`` is passed on."""
         if self.sz is not None:
             self.sz = self.sz.index_select(0, rows)
+        if self.offset is not None:
+            self.offset = self.offset.index_select(0, rows)
         return spare
 
 
@@ -74,9 +101,31 @@ def with_ones(v: Tensor) -> Tensor:
 
 def normalise(num_den: Tensor) -> Tensor:
     """[..., d + 1] -> [..., d]: the numerator's columns over the last (the normaliser)."""
-    # one reciprocal per row, then a product: its gradient is two passes over [..., d], a
-    # quotient's four
-    return num_den[..., :-1] * (num_den[..., -1:] + EPS).reciprocal()
+    return Normalise.apply(num_den)
+
+
+class Normalise(torch.autograd.Function):
+    """out = num / den for [num, den] = [..., d + 1], with the gradient written as out's.
+
+    One reciprocal r = 1 / den per row, then a product. Autograd's gradient of a reciprocal is
+    -r², which overflows fp32 once den < 1e-19, as FAVOR+'s normaliser may be at large norms (it
+    is stabilised by the largest key, not by the query's own): here ∂L/∂num = g r and ∂L/∂den =
+    -(g · out) r, each finite where r is.
+    """
+
+    @staticmethod
+    def forward(ctx, num_den: Tensor) -> Tensor:
+        r = num_den[..., -1:].clamp_min(EPS).reciprocal()  # (..., 1)
+        out = num_den[..., :-1] * r
+        ctx.save_for_backward(out, r)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        out, r = ctx.saved_tensors
+        grad_num = grad * r
+        grad_den = -(grad_num * out).sum(-1, keepdim=True)  # (..., 1)
+        return torch.cat([grad_num, grad_den], dim=-1)
 
 
 class ExclusivePrefixSum(torch.autograd.Function):
@@ -86,29 +135,47 @@ class ExclusivePrefixSum(torch.autograd.Function):
     same tensor on the CPU (measured: 49 ms against 10 for [1, 8, 64, 256, 64]), and its autograd
     adds two flips; a loop over the chunks costs about a copy, forward and backward
     (∂L/∂x_j = Σ_{i>j} ∂L/∂out_i, the suffix sums).
+
+    With ``decay`` [B, H, nc] (FAVOR+'s running rescale, ``feature_maps.RunningMax``), each sum is
+    carried into chunk i multiplied by decay[i] = e^(M_{i-1} - M_i): out[i] = (out[i-1] + x[i-1])
+    · decay[i], so out[i] = Σ_{j<i} x[j] e^(M_j - M_i); backward, ∂L/∂x_j = (∂L/∂x_{j+1} +
+    ∂L/∂out_{j+1}) · decay[j+1]. The decay is a stabiliser, held fixed (no gradient).
     """
 
     @staticmethod
-    def forward(ctx, x: Tensor) -> Tensor:
-        """x: [B, H, nc, ...] -> the exclusive prefix sums over nc, same shape."""
+    def forward(ctx, x: Tensor, decay: Tensor | None = None) -> Tensor:
+        """x: [B, H, nc, ...], decay: [B, H, nc] or None -> the exclusive prefix sums over nc."""
+        d = None if decay is None else decay.view(*decay.shape, *(1,) * (x.dim() - 3))
         out = torch.empty_like(x)
         out[:, :, 0].zero_()
         for i in range(1, x.size(2)):
             torch.add(out[:, :, i - 1], x[:, :, i - 1], out=out[:, :, i])
+            if d is not None:
+                out[:, :, i] *= d[:, :, i]
+        ctx.save_for_backward(d)
         return out
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> Tensor:
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
+        (d,) = ctx.saved_tensors
         grad = grad.contiguous()
         out = torch.empty_like(grad)
         out[:, :, -1].zero_()
         for i in range(grad.size(2) - 2, -1, -1):
             torch.add(out[:, :, i + 1], grad[:, :, i + 1], out=out[:, :, i])
-        return out
+            if d is not None:
+                out[:, :, i] *= d[:, :, i + 1]
+        return out, None
 
 
 def causal_linear(
-    fq: Tensor, fk: Tensor, v1: Tensor, sz0: Tensor | None, chunk: int
+    fq: Tensor,
+    fk: Tensor,
+    v1: Tensor,
+    sz0: Tensor | None,
+    chunk: int,
+    scales: Tensor | None = None,
+    scale0: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Causal linear attention by prefix sums, ``chunk`` positions at a time.
 
@@ -116,10 +183,14 @@ def causal_linear(
         fq, fk: φ(Q), φ(K), [B, H, T, m]; v1: [V, 1] (:func:`with_ones`), [B, H, T, d + 1].
         sz0: the state [S, Z] before these positions, [B, H, m, d + 1], or None.
         chunk: positions per chunk C; memory O(T/C · m·d + T·C), time O(T·(m·d + C·(m + d))).
+        scales: FAVOR+: the keys' stabiliser M_c of each chunk, [B, H, nc] (``fk`` of chunk c is
+            e^(-M_c) φ(k)), nondecreasing; the sums of earlier chunks are rescaled to it. None: 0.
+        scale0: the stabiliser ``sz0`` was made under, [B, H, 1, 1] (None: 0).
 
     Returns:
         Σ_{j≤i} (φ(q_i)·φ(k_j)) [v_j, 1], [B, H, T, d + 1] (numerators and normalisers, for
-        :func:`normalise`), and the state [S, Z] after the last position.
+        :func:`normalise`; each query's pair scaled by its chunk's e^(-M_c)), and the state [S, Z]
+        after the last position (scaled by the last chunk's e^(-M)).
     """
     b, h, t, m = fq.shape
     c = min(chunk, t)
@@ -130,46 +201,98 @@ def causal_linear(
     )
     kv = fk_.transpose(-2, -1) @ v1_  # (B, H, nc, m, d+1): each chunk's Σ φ(k)[v, 1]ᵀ
     # The sums over all earlier chunks (exclusive prefix sums): equation (10) across chunks.
-    before = ExclusivePrefixSum.apply(kv) if nc > 1 else torch.zeros_like(kv)
+    decay = None
+    if scales is not None and nc > 1:  # e^(M_{c-1} - M_c): earlier sums rescaled to chunk c's M
+        decay = torch.cat([torch.ones_like(scales[..., :1]), (scales[..., :-1] - scales[..., 1:]).exp()], -1)
+    before = ExclusivePrefixSum.apply(kv, decay) if nc > 1 else torch.zeros_like(kv)
     if sz0 is not None:
-        before = before + sz0[:, :, None]
+        if scales is not None:  # sz0 is scaled by e^(-M_0) of the state: to each chunk's
+            m0 = torch.zeros_like(scales[..., :1]) if scale0 is None else scale0[..., 0]  # (B, H, 1)
+            sz0 = sz0[:, :, None] * (m0 - scales).exp()[..., None, None]  # (B, H, nc, m, d+1)
+        else:
+            sz0 = sz0[:, :, None]
+        before = before + sz0
     a = (fq_ @ fk_.transpose(-2, -1)).tril_()  # (B, H, nc, C, C): φ(q_i)·φ(k_j), j ≤ i in the chunk
     num_den = (fq_ @ before).add_(a @ v1_).view(b, h, nc * c, -1)[:, :, :t]  # (B, H, T, d+1)
     return num_den, before[:, :, -1] + kv[:, :, -1]
 
 
-class BlockedFavor(torch.autograd.Function):
-    """φ(Q) (φ(K)ᵀ [V, 1]) with FAVOR+ features, made a block of positions at a time and made again
-    for the gradient: the non-causal Performer without its [len, m] feature matrices.
+class FavorKeySums(torch.autograd.Function):
+    """[S, Z] = Σ_j e^(-c) φ(K_j)[V_j, 1]ᵀ with FAVOR+ features, made a block of positions at a
+    time and made again for the gradient: the non-causal Performer's keys without their [len, m]
+    feature matrix.
 
-    The factored form needs φ(Q) and φ(K), [len, m] each (m = 256 features: 4x the size of Q),
-    and autograd keeps both for backward. Here the keys' features are made ``block`` positions at a
-    time and summed into [S, Z] = Σ_j φ(K_j)[V_j, 1]ᵀ at once, then the queries' a block at a time
-    into their products with it; backward makes each block's features again (one more [len, d] x
-    [d, m] product each for queries and keys: ~12% more arithmetic at d = 64) instead of keeping
-    them, so the memory beyond the inputs is [B, H, m, d + 1] and a block's features, and those stay
-    in the CPU's cache between the products that use them.
+    The factored form needs φ(K), [len, m] (m = 256 features: 4x the size of K), and autograd
+    would keep it for backward. Here the features are made ``block`` positions at a time and
+    summed into [S, Z] at once; backward makes each block's again (one more [len, d] x [d, m]
+    product: ~12% more arithmetic at d = 64) instead of keeping them, so the memory beyond the
+    inputs is [B, H, m, d + 1] and a block's features, which stay in the CPU's cache between
+    the products that use them.
 
-    Gradients (g = ∂L/∂ND, ND = φ(Q) SZ, SZ = φ(K)ᵀ V1): ∂L/∂φ(Q) = g SZᵀ, ∂L/∂SZ = φ(Q)ᵀ g,
-    ∂L/∂φ(K) = V1 (∂L/∂SZ)ᵀ, ∂L/∂V1 = φ(K) ∂L/∂SZ; through φ as in
-    :func:`~transformer.feature_maps.favor_features_backward`. ω gets none (a buffer).
+    c is the keys' stabiliser (``feature_maps.SequenceMax``): their largest exponent, per sequence
+    and head, found as the blocks go (the sum so far rescaled by e^(c_old - c_new) when a block
+    raises it) and held fixed by the gradient. Gradients (G = ∂L/∂SZ): ∂L/∂φ(K) = V1 Gᵀ,
+    ∂L/∂V1 = φ(K) G; through φ as in :func:`~transformer.feature_maps.favor_features_backward`.
+    ω gets none (a buffer).
     """
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v1: Tensor, w: Tensor, keep: Tensor | None, block: int) -> Tensor:
-        """q: [B, H, Tq, d], k: [B, H, Tk, d], v1: [B, H, Tk, e] ([V, 1]), w: [m, d] (ω scaled by
-        d^-1/4), keep: [B, 1, Tk, 1] (0 at padded keys) or None -> [B, H, Tq, e]."""
-        sz = _favor_key_sums(k, v1, w, keep, block)  # (B, H, m, e)
+    def forward(ctx, k: Tensor, v1: Tensor, w: Tensor, keep: Tensor | None, block: int) -> Tensor:
+        """k: [B, H, Tk, d], v1: [B, H, Tk, e] ([V, 1]), w: [m, d] (ω scaled by d^-1/4), keep:
+        [B, 1, Tk, 1] (0 at padded keys) or None -> [S, Z] [B, H, m, e]."""
+        sz, c = None, None
+        for j in range(0, k.size(2), block):
+            u = favor_exponent(k[:, :, j : j + block], w, False)  # (B, H, b, m)
+            top = u.amax(-1, keepdim=True)  # (B, H, b, 1)
+            pad = None if keep is None else keep[:, :, j : j + block] == 0
+            if pad is not None:
+                top.masked_fill_(pad, -math.inf)
+            c_new = top.amax(-2, keepdim=True)  # (B, H, 1, 1)
+            c_new = c_new if c is None else torch.maximum(c, c_new)
+            c_new = torch.where(torch.isfinite(c_new), c_new, torch.zeros_like(c_new))  # no real key yet
+            u -= c_new
+            if pad is not None:
+                u.masked_fill_(pad, -math.inf)
+            part = u.exp_().mT @ v1[:, :, j : j + block]  # (B, H, m, e)
+            # (c - c_new ≤ 0 once a real key is seen; before that the sum is 0, any factor does)
+            sz = part if sz is None else sz.mul_((c - c_new).clamp_(max=0).exp_()).add_(part)
+            c = c_new
+        ctx.save_for_backward(k, v1, w, keep, c)
+        ctx.block = block
+        return sz
+
+    @staticmethod
+    def backward(ctx, grad_sz: Tensor) -> tuple[Tensor | None, ...]:
+        k, v1, w, keep, c = ctx.saved_tensors
+        block = ctx.block
+        grad_k, grad_v1 = torch.empty_like(k), torch.empty_like(v1)
+        for j in range(0, k.size(2), block):
+            fk = favor_features(k[:, :, j : j + block], w, False, lambda top: c, _rows(keep, j, block))
+            grad_v1[:, :, j : j + block] = fk @ grad_sz
+            grad_fk = v1[:, :, j : j + block] @ grad_sz.mT  # (B, H, b, m)
+            grad_k[:, :, j : j + block] = favor_features_backward(k[:, :, j : j + block], w, fk, grad_fk)
+        return grad_k, grad_v1, None, None, None
+
+
+class FavorQueries(torch.autograd.Function):
+    """φ(Q) [S, Z] with FAVOR+ features, a block of queries at a time (made again for backward).
+
+    Gradients (g = ∂L/∂ND, ND = φ(Q) SZ): ∂L/∂φ(Q) = g SZᵀ, ∂L/∂SZ = φ(Q)ᵀ g.
+    """
+
+    @staticmethod
+    def forward(ctx, q: Tensor, sz: Tensor, w: Tensor, block: int) -> Tensor:
+        """q: [B, H, Tq, d], sz: [B, H, m, e], w: [m, d] -> [B, H, Tq, e] (numerators, normalisers)."""
         num_den = torch.cat(
             [favor_features(q[:, :, i : i + block], w, True) @ sz for i in range(0, q.size(2), block)], dim=2
         )
-        ctx.save_for_backward(q, k, v1, w, keep, sz)
+        ctx.save_for_backward(q, sz, w)
         ctx.block = block
         return num_den
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:
-        q, k, v1, w, keep, sz = ctx.saved_tensors
+        q, sz, w = ctx.saved_tensors
         block = ctx.block
         grad_q = torch.empty_like(q)
         grad_sz = torch.zeros_like(sz)  # (B, H, m, e)
@@ -178,35 +301,20 @@ class BlockedFavor(torch.autograd.Function):
             g = grad[:, :, i : i + block]  # (B, H, b, e)
             grad_sz += fq.transpose(-2, -1) @ g
             grad_q[:, :, i : i + block] = favor_features_backward(q[:, :, i : i + block], w, fq, g @ sz.mT)
-        grad_k, grad_v1 = torch.empty_like(k), torch.empty_like(v1)
-        for j in range(0, k.size(2), block):
-            fk = _masked_key_features(k, w, keep, j, block)  # (B, H, b, m)
-            grad_v1[:, :, j : j + block] = fk @ grad_sz
-            grad_fk = v1[:, :, j : j + block] @ grad_sz.mT  # (B, H, b, m)
-            grad_k[:, :, j : j + block] = favor_features_backward(k[:, :, j : j + block], w, fk, grad_fk)
-        return grad_q, grad_k, grad_v1, None, None, None
+        return grad_q, grad_sz, None, None
 
 
-def _masked_key_features(k: Tensor, w: Tensor, keep: Tensor | None, start: int, block: int) -> Tensor:
-    """φ of keys ``start .. start + block`` ([B, H, b, m]), 0 at padded keys."""
-    fk = favor_features(k[:, :, start : start + block], w, False)
-    return fk if keep is None else fk.mul_(keep[:, :, start : start + block])
-
-
-def _favor_key_sums(k: Tensor, v1: Tensor, w: Tensor, keep: Tensor | None, block: int) -> Tensor:
-    """[S, Z] = Σ_j φ(K_j)[V_j, 1]ᵀ, [B, H, m, e], the keys' features made a block at a time."""
-    sz = None
-    for j in range(0, k.size(2), block):
-        part = _masked_key_features(k, w, keep, j, block).mT @ v1[:, :, j : j + block]  # (B, H, m, e)
-        sz = part if sz is None else sz.add_(part)
-    return sz
+def _rows(keep: Tensor | None, start: int, block: int) -> Tensor | None:
+    """``keep``'s rows ``start .. start + block`` (or None)."""
+    return None if keep is None else keep[:, :, start : start + block]
 
 
 class LinearAttention(nn.Module):
     """φ(Q)(φ(K)ᵀV) / φ(Q)(φ(K)ᵀ1) (equations (5) and (6)) behind the mechanisms' signature.
 
-    Encoder self-attention and cross-attention use the whole-sequence summary (with FAVOR+
-    features through :class:`BlockedFavor`, unless the weights are asked for); decoder
+    Encoder self-attention and cross-attention use the whole-sequence summary [S, Z]
+    (:meth:`summarise`, then :meth:`attend_summary`; FAVOR+ features through
+    :class:`FavorKeySums` and :class:`FavorQueries`, unless the weights are asked for); decoder
     self-attention the causal prefix sums, or with a :class:`LinearState` the RNN form.
 
     Args:
@@ -218,6 +326,10 @@ class LinearAttention(nn.Module):
         super().__init__()
         self.feature_map = feature_map
         self.chunk = chunk
+
+    @property
+    def favor(self) -> bool:
+        return isinstance(self.feature_map, FavorFeatureMap)
 
     def forward(
         self,
@@ -232,37 +344,83 @@ class LinearAttention(nn.Module):
         """The mechanisms' signature (``attention.SoftmaxAttention``); mask: key padding [B, 1, 1, Tk]."""
         if state is not None and not causal:
             raise ValueError("a decoding state is for causal self-attention")
+        if not causal and not need_weights:
+            return self.attend_summary(q, self.summarise(k, v, mask)).to(v.dtype), None
         if self.training:
             self.feature_map.redraw()
         dtype = v.dtype
         wide = torch.promote_types(dtype, torch.float32)  # fp32 at least (fp64 stays fp64)
         with torch.autocast(q.device.type, enabled=False):
-            if isinstance(self.feature_map, FavorFeatureMap) and not causal and not need_weights:
-                return self._blocked_favor(q.to(wide), k.to(wide), v.to(wide), mask).to(dtype), None
-            fq = self.feature_map(q.to(wide), is_query=True)  # (B, H, Tq, m)
-            fk = self.feature_map(k.to(wide), is_query=False)  # (B, H, Tk, m)
-            if mask is not None:
-                fk = fk * mask.transpose(-2, -1)  # (B, 1, Tk, 1): padded keys add nothing
+            keep = None if mask is None else mask.transpose(-2, -1).to(wide)  # (B, 1, Tk, 1)
+            if not self.favor:
+                stabiliser = None
+            elif causal:
+                stabiliser = RunningMax(min(self.chunk, k.size(2)), None if state is None else state.offset)
+            else:
+                stabiliser = SequenceMax()
+            fq = self.feature_map(q.to(wide), True)  # (B, H, Tq, m)
+            fk = self.feature_map(k.to(wide), False, stabiliser, keep)  # (B, H, Tk, m)
+            if keep is not None and not self.favor:
+                fk = fk * keep  # padded keys add nothing
             v1 = with_ones(v.to(wide))  # (B, H, Tk, d+1)
             if causal:
                 sz0 = state.sz if state is not None else None
-                num_den, sz = causal_linear(fq, fk, v1, sz0, self.chunk)
+                scales = stabiliser.chunks if self.favor else None
+                scale0 = None if state is None else state.offset
+                num_den, sz = causal_linear(fq, fk, v1, sz0, self.chunk, scales, scale0)
                 if state is not None:
                     state.sz = sz
+                    if scales is not None:
+                        state.offset = scales[..., -1:, None]  # (B, H, 1, 1): the last chunk's M
             else:
                 sz = fk.transpose(-2, -1) @ v1  # (B, H, m, d+1): [Σ_j φ(K_j) V_jᵀ, Σ_j φ(K_j)]
                 num_den = fq @ sz  # (B, H, Tq, d+1)
             out = normalise(num_den)  # (B, H, Tq, d)
+            if need_weights and causal and self.favor:  # every key under one stabiliser, the last M
+                m = stabiliser.chunks  # (B, H, nc)
+                c = min(self.chunk, k.size(2))
+                fk = fk * (m - m[..., -1:]).exp().repeat_interleave(c, -1)[..., : k.size(2), None]
             weights = self.implied_weights(fq, fk, causal) if need_weights else None
         return out.to(dtype), weights
 
-    def _blocked_favor(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-        """The non-causal Performer by :class:`BlockedFavor`: q [B, H, Tq, d], k, v [B, H, Tk, d] ->
-        [B, H, Tq, d]; mask: key padding [B, 1, 1, Tk] or None."""
-        w = self.feature_map.scaled_omega(q.dtype)  # (m, d)
-        keep = None if mask is None else mask.transpose(-2, -1).to(q.dtype)  # (B, 1, Tk, 1)
-        block = max(BLOCK_MIN_ROWS, BLOCK_VALUES // (q.size(0) * q.size(1) * w.size(0)))
-        return normalise(BlockedFavor.apply(q, k, with_ones(v), w, keep, block))
+    def summarise(self, k: Tensor, v: Tensor, mask: Tensor | None = None) -> tuple[Tensor]:
+        """The keys and values reduced to what every query needs: ([S, Z],), [B, H, m, d + 1].
+
+        k, v: [B, H, Tk, d]; mask: key padding [B, 1, 1, Tk] or None. In fp32 at least, whatever
+        the autocast (a sum of Tk terms). Cross-attention makes it once per source
+        (``MultiHeadAttention.project_kv``); O(Tk·m·d).
+        """
+        if self.training:
+            self.feature_map.redraw()
+        wide = torch.promote_types(v.dtype, torch.float32)
+        with torch.autocast(k.device.type, enabled=False):
+            k, v1 = k.to(wide), with_ones(v.to(wide))
+            keep = None if mask is None else mask.transpose(-2, -1).to(wide)  # (B, 1, Tk, 1)
+            if self.favor:
+                w = self.feature_map.scaled_omega(wide)  # (m, d)
+                return (FavorKeySums.apply(k, v1, w, keep, self._block(k, w)),)
+            fk = self.feature_map(k, False)  # (B, H, Tk, m)
+            if keep is not None:
+                fk = fk * keep
+            return (fk.transpose(-2, -1) @ v1,)  # (B, H, m, d+1): [Σ_j φ(K_j) V_jᵀ, Σ_j φ(K_j)]
+
+    def attend_summary(self, q: Tensor, summary: tuple[Tensor]) -> Tensor:
+        """φ(Q)[S, Z], normalised: q [B, H, Tq, d], ``summary`` from :meth:`summarise` (its B the
+        same) -> [B, H, Tq, d] in q's dtype. O(Tq·m·d), whatever the number of keys summarised."""
+        (sz,) = summary
+        with torch.autocast(q.device.type, enabled=False):
+            qw = q.to(sz.dtype)
+            if self.favor:
+                w = self.feature_map.scaled_omega(sz.dtype)
+                num_den = FavorQueries.apply(qw, sz, w, self._block(qw, w))
+            else:
+                num_den = self.feature_map(qw, True) @ sz
+            return normalise(num_den).to(q.dtype)
+
+    @staticmethod
+    def _block(x: Tensor, w: Tensor) -> int:
+        """Positions of x [B, H, T, d] whose features the blocked Performer makes at a time."""
+        return max(BLOCK_MIN_ROWS, BLOCK_VALUES // (x.size(0) * x.size(1) * w.size(0)))
 
     @staticmethod
     def implied_weights(fq: Tensor, fk: Tensor, causal: bool) -> Tensor:
@@ -270,8 +428,35 @@ class LinearAttention(nn.Module):
         a = fq @ fk.transpose(-2, -1)
         if causal:
             a = a.tril(diagonal=a.size(-1) - a.size(-2))
-        return a / (a.sum(-1, keepdim=True) + EPS)
+        return a / a.sum(-1, keepdim=True).clamp_min(EPS)
 
     def new_state(self, max_steps: int) -> LinearState:
         """An empty RNN state; its size does not depend on ``max_steps``."""
         return LinearState()
+
+
+register(
+    Mechanism(
+        "linear",
+        build=lambda cfg, d_head, dropout: LinearAttention(EluFeatureMap()),
+        has_weights=False,
+    )
+)
+register(
+    Mechanism(
+        "performer",
+        build=lambda cfg, d_head, dropout: LinearAttention(
+            FavorFeatureMap(d_head, cfg.features, cfg.redraw_interval)
+        ),
+        settings=(
+            Setting("features", 256, "performer: random features m", minimum=1),
+            Setting(
+                "redraw_interval",
+                1000,
+                "performer: training forward passes between redraws; 0 never",
+                minimum=0,
+            ),
+        ),
+        has_weights=False,
+    )
+)

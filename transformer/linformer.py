@@ -22,7 +22,8 @@ In self-attention the sequence is projected first, as equation (7) groups it: E 
 its input projection saved, and their n × d_model activations. That is where n > k
 (``compresses``); a shorter sequence has fewer keys than projected rows, and takes the usual path.
 
-Encoder self-attention and cross-attention (the encoder output projected to k). Not decoder
+Encoder self-attention and cross-attention (the encoder output projected to k, once per source:
+``summarise``, held in the decoding state as softmax's K/V are). Not decoder
 self-attention: every one of the k projected keys mixes all n positions, later ones included,
 so it cannot be causal (``mechanisms.REFUSED``). No decoding state.
 """
@@ -35,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from transformer.attention import attend, scaled_dot_product_attention
+from transformer.registry import Mechanism, Setting, register
 
 
 class LinformerAttention(nn.Module):
@@ -70,6 +72,17 @@ class LinformerAttention(nn.Module):
             k, v = k * keep, v * keep
         e, f = self._columns(k.size(2), k.dtype)
         return _across_heads(e, k), _across_heads(f, v)  # (B, H, k, d): equation (7)'s E K and F V
+
+    def summarise(self, k: Tensor, v: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Cross-attention's source reduced once, when it is encoded: (E K, F V), [B, H, k, d] each,
+        from its keys and values [B, H, n, d] (``mask``: key padding [B, 1, 1, n] or None).
+        Each decoding step then attends over k rows, not n (:meth:`attend_summary`)."""
+        return self.project(k, v, mask)
+
+    def attend_summary(self, q: Tensor, summary: tuple[Tensor, Tensor]) -> Tensor:
+        """softmax(Q (E K)ᵀ/√d)(F V): q [B, H, Tq, d], ``summary`` from :meth:`summarise` -> [B, H, Tq, d]."""
+        pk, pv = summary
+        return attend(q, pk, pv, dropout_p=self.dropout if self.training else 0.0)
 
     def compresses(self, n: int) -> bool:
         """Whether ``MultiHeadAttention``'s self-attention over n positions goes through
@@ -151,3 +164,16 @@ def _across_heads(e: Tensor, x: Tensor) -> Tensor:
     # Here it comes back as [n, H·d].
     out = torch.bmm(e.expand(b, -1, -1), x.transpose(1, 2).reshape(b, n, h * d))  # (B, k, H·d)
     return out.view(b, -1, h, d).transpose(1, 2)
+
+
+register(
+    Mechanism(
+        "linformer",
+        build=lambda cfg, d_head, dropout: LinformerAttention(cfg.projected_length, cfg.max_length, dropout),
+        settings=(
+            Setting("projected_length", 64, "linformer: k, the keys and values are projected to", minimum=1),
+            Setting("max_length", 1024, "linformer: the longest sequence its projections cover", minimum=1),
+        ),
+        refuses={"decoder_self": "not causal: each projected key mixes all positions, later ones too"},
+    )
+)

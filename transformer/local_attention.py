@@ -13,7 +13,9 @@ Softmax attention (equation (1) of Vaswani et al.) with query i restricted to a 
 * sparse, stride l: the local window and every l-th position, {j : j mod l = l - 1} (causal:
   j ≤ i), the "fixed" pattern of Child et al. 2019 (section 4.2, equation (3)'s A(1) as a sliding
   window and A(2) with c = 1), so information crosses the whole sequence in two steps. O(n·(w +
-  n/l)·d) time: sub-quadratic for l ~ √n.
+  n/l)·d) time: sub-quadratic for l ~ √n. O(n·(w + d)) memory: the summaries' [n, n/l] weights
+  are made a block of queries at a time and again for backward (:class:`StridedSummaries`),
+  except with attention dropout, whose dropped weights are kept.
 
 No n × n matrix is built: the sequence is cut into blocks of w queries, each scored against the
 keys of its own block and the next ones on either side (2w or 3w keys); a dilated window is a
@@ -29,6 +31,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from transformer.registry import Mechanism, Setting, register
 
 
 def _masked_softmax(scores: Tensor, allowed: Tensor) -> Tensor:
@@ -95,6 +99,20 @@ def banded_attention(
     if valid is not None:
         key_ok = F.pad(valid, (before, pad + after), value=False).unfold(-1, span, window)  # (..., nb, span)
         allowed = allowed & key_ok[..., :, None, :]
+    if stride and dropout_p == 0.0:
+        # The summaries' part apart, its [n, n/l] weights never kept (StridedSummaries), and the
+        # two parts joined by their logsumexps: softmax over the union, in O(n·(w + d)) memory.
+        wide = torch.promote_types(scores.dtype, torch.float32)
+        scores = scores.to(wide).masked_fill(~allowed, torch.finfo(wide).min)
+        lse_w = scores.logsumexp(-1, keepdim=True)  # (..., nb, w, 1)
+        out_w = ((scores - lse_w).exp().to(v.dtype) @ vb).reshape(*lead, nb * window, d)
+        lse_w = lse_w.reshape(*lead, nb * window, 1)
+        valid_s = None if valid is None else valid[..., stride - 1 :: stride]  # (..., ns)
+        flat_q = qb.reshape(*lead, nb * window, d)
+        out_s, lse_s = StridedSummaries.apply(flat_q, k, v, valid_s, window, causal, stride)
+        lse = torch.logaddexp(lse_w, lse_s)
+        out = (lse_w - lse).exp() * out_w.to(wide) + (lse_s - lse).exp() * out_s
+        return out.to(v.dtype)[..., :n, :]
     if stride:
         # Summary positions l-1, 2l-1, ... outside the window (those inside are already there).
         ks, vs = k[..., stride - 1 :: stride, :], v[..., stride - 1 :: stride, :]  # (..., ns, d)
@@ -115,6 +133,77 @@ def banded_attention(
     if stride:
         out = out + (weights[..., span:].flatten(-3, -2) @ vs).view_as(out)
     return out.reshape(*lead, nb * window, d)[..., :n, :]
+
+
+class StridedSummaries(torch.autograd.Function):
+    """Sparse attention's summaries: softmax of each query over the every-l-th keys outside its
+    window, a block of queries at a time, its [n, n/l] weights made again for backward instead
+    of kept (as flash attention does): O(n·d) memory for what would be O(n²/l).
+
+    Returns the normalised output o [..., n, d] and the logsumexp of the allowed scores
+    [..., n, 1] (-inf where none is allowed, and o 0), for ``banded_attention`` to join with the
+    window's part. With P the weights and s the scores, ∂L/∂s_ij = P_ij (g_o,i·v_j − g_o,i·o_i +
+    g_lse,i), whence q, k and v's gradients. Computed in fp32 at least.
+    """
+
+    BLOCK = 256  # queries a block
+
+    @staticmethod
+    def _weights(q, ks, valid_s, start, window, causal, stride):
+        """Scores of queries ``start ..`` ([..., b, d]) over the summaries, masked, [..., b, ns]."""
+        i = torch.arange(start, start + q.size(-2), device=q.device)[:, None]
+        js = torch.arange(ks.size(-2), device=q.device) * stride + stride - 1
+        far = (i - js >= window) if causal else ((i - js).abs() >= window)  # (b, ns)
+        allowed = far if valid_s is None else far & valid_s[..., None, :]
+        return (q @ ks.mT).masked_fill_(~allowed, -math.inf)
+
+    @staticmethod
+    def forward(ctx, q, k, v, valid_s, window, causal, stride):
+        """q: [..., n', d] (scaled by 1/√d); k, v: [..., n, d]; valid_s: [..., ns] or None."""
+        wide = torch.promote_types(q.dtype, torch.float32)
+        ks, vs = k[..., stride - 1 :: stride, :].to(wide), v[..., stride - 1 :: stride, :].to(wide)
+        q = q.to(wide)
+        outs, lses = [], []
+        for start in range(0, q.size(-2), StridedSummaries.BLOCK):
+            s = StridedSummaries._weights(
+                q[..., start : start + StridedSummaries.BLOCK, :], ks, valid_s, start, window, causal, stride
+            )
+            lse = s.logsumexp(-1, keepdim=True)  # (..., b, 1)
+            p = s.sub_(torch.where(torch.isfinite(lse), lse, 0.0)).exp_()  # 0 where not allowed
+            outs.append(p @ vs)
+            lses.append(lse)
+        out, lse = torch.cat(outs, -2), torch.cat(lses, -2)
+        ctx.save_for_backward(q, k, v, valid_s, out, lse)
+        ctx.args = (window, causal, stride, k.dtype, v.dtype)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, g_out, g_lse):
+        q, k, v, valid_s, out, lse = ctx.saved_tensors
+        window, causal, stride, k_dtype, v_dtype = ctx.args
+        ks, vs = k[..., stride - 1 :: stride, :].to(q.dtype), v[..., stride - 1 :: stride, :].to(q.dtype)
+        g_out = g_out.to(q.dtype)
+        g_lse = torch.zeros_like(lse) if g_lse is None else g_lse.to(q.dtype)
+        grad_q = torch.empty_like(q)
+        grad_ks, grad_vs = torch.zeros_like(ks), torch.zeros_like(vs)
+        for start in range(0, q.size(-2), StridedSummaries.BLOCK):
+            end = start + StridedSummaries.BLOCK
+            qb, gb = q[..., start:end, :], g_out[..., start:end, :]
+            s = StridedSummaries._weights(qb, ks, valid_s, start, window, causal, stride)
+            lse_b = lse[..., start:end, :]
+            p = s.sub_(torch.where(torch.isfinite(lse_b), lse_b, 0.0)).exp_()  # (..., b, ns)
+            row = (gb * out[..., start:end, :]).sum(-1, keepdim=True) - g_lse[..., start:end, :]
+            ds = p * ((gb @ vs.mT) - row)  # ∂L/∂s
+            grad_q[..., start:end, :] = ds @ ks
+            grad_ks += ds.mT @ qb
+            grad_vs += p.mT @ gb
+        grad_k, grad_v = (
+            torch.zeros(k.shape, dtype=k_dtype, device=k.device),
+            torch.zeros(v.shape, dtype=v_dtype, device=v.device),
+        )
+        grad_k[..., stride - 1 :: stride, :] = grad_ks
+        grad_v[..., stride - 1 :: stride, :] = grad_vs
+        return grad_q, grad_k, grad_v, None, None, None, None
 
 
 class WindowCache:
@@ -256,3 +345,43 @@ class LocalAttention(nn.Module):
     def new_state(self, max_steps: int) -> WindowCache:
         """An empty cache that will hold at most the last (w - 1)·δ + 1 positions."""
         return WindowCache(self.span)
+
+
+WINDOW = Setting(
+    "window", 32, "local/atrous/sparse: positions a query sees on each side, itself included", minimum=1
+)
+register(
+    Mechanism(
+        "local",
+        build=lambda cfg, d_head, dropout: LocalAttention(cfg.window, dropout=dropout),
+        settings=(WINDOW,),
+        refuses={"cross": "a window of nearby positions means nothing between a target and its source"},
+    )
+)
+register(
+    Mechanism(
+        "atrous",
+        build=lambda cfg, d_head, dropout: LocalAttention(cfg.window, dilation=cfg.dilation, dropout=dropout),
+        settings=(
+            WINDOW,
+            Setting("dilation", 2, "atrous: distance between the window's positions", minimum=1),
+        ),
+        refuses={"cross": "a dilated window of positions means nothing between a target and its source"},
+    )
+)
+register(
+    Mechanism(
+        "sparse",
+        build=lambda cfg, d_head, dropout: LocalAttention(cfg.window, stride=cfg.stride, dropout=dropout),
+        settings=(
+            WINDOW,
+            Setting(
+                "stride",
+                32,
+                "sparse: every stride-th position is a summary all (later) queries see",
+                minimum=1,
+            ),
+        ),
+        refuses={"cross": "its local + strided pattern is defined over one sequence's positions"},
+    )
+)

@@ -19,9 +19,10 @@ not on later tokens (with fixed chunk boundaries, a later token's bucket would m
 h(j) = h(i), ⌊s(j)/c⌋ ∈ {⌊s(i)/c⌋ − 1, ⌊s(i)/c⌋}}, its chunk and the one before, 2c keys a query
 where the sliding window scores 3c (non-causal); for the encoder only, because of the boundaries.
 Several rounds (equation (4)) hash with independent rotations and combine as P_i = ∪_r P_i^(r),
-each round's output weighted by exp(z_r(i) − z(i)); N_ij, the rounds in which i and j share a
-bucket, stops a key seen in several rounds from counting several times (the paper's correction,
-by bucket, not by chunk).
+each round's output weighted by exp(z_r(i) − z(i)); N_ij, the number of rounds r with j ∈ P_i^(r),
+stops a key attended in several rounds from counting several times (the paper's correction,
+counted over the windows attended, not over shared buckets). With it the rounds combine to
+softmax over the union of the sets exactly, which the tests enumerate directly.
 
 With one bucket, one round and chunks covering the sequence, this is shared-QK softmax attention
 exactly (:func:`shared_qk_attention`). Cost: O(r·n·c·d) time and O(r·n·c) memory for r rounds,
@@ -30,9 +31,10 @@ plus the sort, O(r·n log n). Rotations are drawn once, at construction, and sav
 positions get a bucket of their own, sorted after every real one, so they share no chunk
 window with real positions and contribute nothing.
 
-Decoding (causal self-attention) keeps a K/V cache (:class:`LSHCache`: the normalised keys,
-values and their hashes) and scores a new query against all cached keys, masked to its set P_i:
-O(n·d) per step, as softmax's cache.
+Decoding (causal self-attention) keeps a preallocated K/V cache written in place and, per round
+and bucket, the positions of its last c keys, updated as each key arrives (:class:`LSHCache`): a
+new query reads its R sets of c keys, O(R·c·d) a step whatever the length, with no sort and no
+copy of the cache.
 
 The mechanism says ``shared_qk``: ``MultiHeadAttention`` then projects no keys and passes the
 queries in their place (the mechanism uses the queries either way). The key rows of that
@@ -49,6 +51,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from transformer.registry import Mechanism, Setting, register
 
 SELF = -1e5  # a position's score for itself: it attends to itself only when nothing else is allowed
 NEG = -1e9  # the score of a position not in P_i: finite, so no row is ever NaN
@@ -70,29 +74,75 @@ def shared_qk_attention(q: Tensor, v: Tensor, mask: Tensor | None = None, causal
 
 
 class LSHCache:
-    """Decoding state of LSH attention: the normalised keys, the values and their buckets so far.
+    """Decoding state of causal LSH attention: the keys and values so far, and each bucket's last c.
 
-    ``k``, ``v``: [rows, heads, t, d]; ``hashes``: [rows, heads, rounds, t]; None before the first step.
+    Causal, a query's set P_i in round r is the last c positions up to i of its bucket (the
+    module docstring), so each (row, head, round, bucket) keeps the positions of its last c keys
+    in a ring (``ring``), filled as keys arrive: a step reads R·c keys, and neither sorts nor
+    scans the cache, O(R·c·d) a step, against softmax's O(t·d).
+
+    ``kv`` [2, rows, heads, capacity, d]: the normalised keys and the values, preallocated for
+    ``capacity`` steps (``new_state``'s ``max_steps``) and written in place (twice the room,
+    copied, if a step goes past it); ``hashes`` [rows, heads, capacity, rounds] their buckets
+    (int16: 2·R bytes a position beside the keys' and values' 8·d); ``ring`` [rows, heads, rounds,
+    (buckets + 1) · c] positions (-1: none yet; bucket ``buckets`` is padding's); ``count`` [rows,
+    heads, rounds, buckets + 1] keys each bucket has had. None before the first step.
     """
 
-    def __init__(self) -> None:
-        self.k: Tensor | None = None
-        self.v: Tensor | None = None
+    def __init__(self, capacity: int, chunk: int, buckets: int, rounds: int) -> None:
+        self.capacity, self.chunk, self.buckets, self.rounds = max(capacity, 1), chunk, buckets + 1, rounds
+        self.length = 0  # steps stored
+        self.kv: Tensor | None = None
         self.hashes: Tensor | None = None
+        self.ring: Tensor | None = None
+        self.count: Tensor | None = None
 
-    def extend(self, k: Tensor, v: Tensor, hashes: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Appends new positions and returns all of them."""
-        if self.k is not None:
-            k, v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
-            hashes = torch.cat([self.hashes, hashes], dim=-1)
-        self.k, self.v, self.hashes = k, v, hashes
-        return k, v, hashes
+    def append(self, k: Tensor, v: Tensor, hashes: Tensor) -> Tensor:
+        """Stores one position's key and value [rows, heads, 1, d] and its buckets [rows, heads,
+        rounds, 1]; returns the positions of its set in each round, [rows, heads, rounds, c]
+        (-1 where the bucket has had fewer than c keys), itself included."""
+        rows, heads, _, d = k.shape
+        c = self.chunk
+        if self.kv is None:
+            self.kv = k.new_empty(2, rows, heads, self.capacity, d)
+            self.hashes = torch.empty(
+                rows, heads, self.capacity, self.rounds, dtype=torch.int16, device=k.device
+            )
+            self.ring = torch.full((rows, heads, self.rounds, self.buckets * c), -1, device=k.device)
+            self.count = torch.zeros(
+                rows, heads, self.rounds, self.buckets, dtype=torch.long, device=k.device
+            )
+        elif self.length == self.kv.size(3):
+            grown = self.kv.new_empty(2, rows, heads, 2 * self.length, d)
+            grown[:, :, :, : self.length] = self.kv
+            self.kv = grown
+            grown = self.hashes.new_empty(rows, heads, 2 * self.length, self.rounds)
+            grown[:, :, : self.length] = self.hashes
+            self.hashes = grown
+        p = self.length
+        self.kv[0, :, :, p] = k[:, :, 0]
+        self.kv[1, :, :, p] = v[:, :, 0]
+        self.hashes[:, :, p] = hashes[..., 0]
+        bucket = hashes  # (rows, heads, R, 1)
+        seen = self.count.gather(-1, bucket)  # (rows, heads, R, 1): the bucket's keys before this one
+        self.ring.scatter_(-1, bucket * c + seen % c, p)
+        self.count.scatter_(-1, bucket, seen + 1)
+        self.length = p + 1
+        return self.ring.gather(-1, bucket * c + torch.arange(c, device=k.device))  # (rows, heads, R, c)
 
     def select(self, rows: Tensor, spare: Tensor | None = None) -> Tensor | None:
-        """Keeps rows ``rows`` ([new_rows] indices) in that order (beam search); ``spare`` is passed on."""
-        if self.k is not None:
-            self.k, self.v = self.k.index_select(0, rows), self.v.index_select(0, rows)
-            self.hashes = self.hashes.index_select(0, rows)
+        """Keeps rows ``rows`` ([new_rows] indices) in that order (beam search); ``spare`` is passed on.
+        Copies the steps so far (not the whole capacity) into a new buffer."""
+        if self.kv is None:
+            return spare
+        if self.kv.requires_grad:  # out= below does not differentiate
+            self.kv = self.kv.index_select(1, rows)
+        else:
+            old = self.kv
+            self.kv = old.new_empty(2, rows.numel(), *old.shape[2:])
+            torch.index_select(old[:, :, :, : self.length], 1, rows, out=self.kv[:, :, :, : self.length])
+        self.hashes = self.hashes.index_select(0, rows)
+        self.ring, self.count = self.ring.index_select(0, rows), self.count.index_select(0, rows)
         return spare
 
 
@@ -122,6 +172,8 @@ class LSHAttention(nn.Module):
         window: str = "sliding",
     ) -> None:
         super().__init__()
+        if buckets >= 2**15 - 1:  # LSHCache keeps the buckets as int16
+            raise ValueError(f"LSH attention takes fewer than 32767 buckets, not {buckets}")
         if buckets > 1 and buckets % 2:
             raise ValueError(f"LSH attention needs an even number of buckets (or 1), not {buckets}")
         if window not in WINDOWS:
@@ -138,7 +190,8 @@ class LSHAttention(nn.Module):
         if self.buckets == 1:
             hashes = torch.zeros(b, h, self.rounds, n, dtype=torch.long, device=k.device)
         else:
-            rotated = torch.einsum("bhnd,drk->bhrnk", k, self.rotations.float())
+            d, r, half = self.rotations.shape
+            rotated = (k @ self.rotations.float().view(d, r * half)).view(b, h, n, r, half).transpose(2, 3)
             hashes = torch.cat([rotated, -rotated], dim=-1).argmax(-1)  # h(x) = argmax([xR; −xR])
         if valid is not None:
             hashes = hashes.masked_fill(~valid[:, :, None, :], self.buckets)
@@ -171,14 +224,46 @@ class LSHAttention(nn.Module):
             valid = None if mask is None else mask[:, :, 0, :]  # (B, 1, n)
             hashes = self.hash(k, valid)  # (B, H, R, n)
             if state is not None:
-                if not causal:
-                    raise ValueError("a decoding state is for causal self-attention")
-                k, v, hashes = state.extend(k, v, hashes)
-            if state is not None or need_weights:
+                if not causal or need_weights:
+                    raise ValueError("a decoding state is for causal self-attention, without weights")
+                steps = []
+                for t in range(q.size(2)):  # one position at a time (decoding feeds one)
+                    members = state.append(k[:, :, t : t + 1], v[:, :, t : t + 1], hashes[..., t : t + 1])
+                    steps.append(self._step(q[:, :, t : t + 1], state, members, p))
+                out = steps[0] if len(steps) == 1 else torch.cat(steps, dim=2)
+                weights = None
+            elif need_weights:
                 out, weights = self._dense(q, k, v, hashes, causal, p)
             else:
                 out, weights = self._chunked(q, k, v, hashes, causal, p), None
         return out.to(dtype), weights
+
+    @staticmethod
+    def _step(q: Tensor, state: LSHCache, members: Tensor, p: float) -> Tensor:
+        """One decoding step: q [rows, H, 1, d] over its sets ``members`` [rows, H, R, c]
+        (positions, -1 for none; :meth:`LSHCache.append`) -> [rows, H, 1, d]. O(R·c·(d + R))."""
+        rows, h, r, c = members.shape
+        d = q.size(-1)
+        at = members.clamp(min=0).view(1, rows, h, r * c, 1)
+        kv = state.kv.gather(3, at.expand(2, rows, h, r * c, d))  # (2, rows, H, R·c, d)
+        scores = ((q / math.sqrt(d)) @ kv[0].mT).view(rows, h, r, c)
+        # N_ij, the rounds whose set holds j: j shares i's bucket there and is no older than the
+        # oldest of that bucket's last c (a bucket's positions arrive in order)
+        mine = state.hashes[:, :, state.length - 1, None, None]  # (rows, H, 1, 1, R)
+        theirs = state.hashes.gather(2, at[0].expand(rows, h, r * c, r)).view(rows, h, r, c, r)
+        oldest = members.masked_fill(members < 0, state.length).amin(-1)[
+            :, :, None, None
+        ]  # (rows, H, 1, 1, R)
+        duplicates = ((theirs == mine) & (members[..., None] >= oldest)).sum(-1)  # (rows, H, R, c)
+        scores = scores - duplicates.log()  # N_ij ≥ 1 for every member (its own round counts)
+        is_self = members == state.length - 1
+        scores = torch.where(members >= 0, scores.masked_fill(is_self, SELF), NEG)
+        # equation (4): Σ_r exp(z_r − z) exp(s − log N − z_r) = exp(s − log N − z), z the
+        # logsumexp over every round's entries: one softmax over the R·c of them
+        weights = scores.view(rows, h, 1, r * c).softmax(-1)
+        if p > 0.0:
+            weights = F.dropout(weights, p=p)
+        return weights @ kv[1]
 
     def _dense(
         self, q: Tensor, k: Tensor, v: Tensor, hashes: Tensor, causal: bool, p: float
@@ -198,7 +283,7 @@ class LSHAttention(nn.Module):
         else:
             diff = s_q[..., :, None] - s[..., None, :]
             member = same & (diff < self.chunk) & ((diff >= 0) if causal else (diff > -self.chunk))
-        duplicates = same.sum(2, keepdim=True).clamp(min=1)  # N_ij: rounds sharing a bucket
+        duplicates = member.sum(2, keepdim=True).clamp(min=1)  # N_ij: rounds in whose P_i j is
         scores = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)))[:, :, None] - duplicates.log()
         is_self = pos[n - t :, None] == pos[None, :]  # (Tq, n)
         scores = scores.masked_fill(is_self, SELF).masked_fill(~member, NEG)  # (B, H, R, Tq, n)
@@ -246,18 +331,9 @@ class LSHAttention(nn.Module):
         own = hashes.gather(-1, order)[..., None]  # (B, H, R, n, 1): this round's bucket
         same = as_queries(own, -1)[..., :, None] == as_keys(own, -2)[..., None, :, :]
         keep = same.squeeze(-2) & (near & ~is_self)  # (B, H, R, nc, c, span): in P_i, not i itself
-        if r > 1:  # N_ij: rounds in which i and j share a bucket (1 with one round: log 1 = 0)
-            sorted_hashes = sort(hashes.transpose(-2, -1))  # (B, H, R, n, R): every round's bucket
-            hq, hk = as_queries(sorted_hashes, -1), as_keys(sorted_hashes, -2)  # (.., c, R), (.., R, span)
-            if r == 2:  # in P_i, N_ij is 2 where the other round shares the bucket too, else 1
-                both = hq[..., 0, None] == hk[..., 0, None, :]
-                both &= hq[..., 1, None] == hk[..., 1, None, :]
-                scores = scores.add_(both, alpha=-math.log(2))  # in place: the product keeps no output
-            else:  # counted in the scores' dtype, in place, one round at a time: exact small integers
-                duplicates = (hq[..., 0, None] == hk[..., 0, None, :]).to(scores.dtype)
-                for s in range(1, r):
-                    duplicates += hq[..., s, None] == hk[..., s, None, :]
-                scores = scores.sub_(duplicates.clamp_(min=1).log_())
+        undo = order.argsort(-1)  # (B, H, R, n): each position's sorted index in each round
+        if r > 1:  # N_ij: the rounds in whose P_i j is (1 with one round: log 1 = 0)
+            scores = scores.sub_(self._duplicates(hashes, undo, sort, as_queries, as_keys, causal).log_())
         scores = torch.where(keep, scores, fill)
         z = scores.logsumexp(-1, keepdim=True)  # (B, H, R, nc, c, 1): z_r(i)
         weights = (scores - z).exp_()
@@ -265,13 +341,77 @@ class LSHAttention(nn.Module):
             weights = F.dropout(weights, p=p)
         out = weights @ as_keys(sv, 0.0).transpose(-2, -1)  # (B, H, R, nc, c, d)
         out = out.view(b, h, r, nc * c, d)[..., :n, :]
-        z = z.view(b, h, r, nc * c)[..., :n]
-        undo = order.argsort(-1)  # back to the positions' order
+        z = z.view(b, h, r, nc * c)[..., :n]  # back to the positions' order, by ``undo``
         out = out.gather(3, undo[..., None].expand(b, h, r, n, d))
         z = z.gather(3, undo)  # (B, H, R, n)
         share = z.softmax(2)  # exp(z_r(i) − z(i)): equation (4)'s rounds (softmax: exact at SELF)
         return (share[..., None] * out).sum(2)
 
+    def _duplicates(self, hashes, undo, sort, as_queries, as_keys, causal: bool) -> Tensor:
+        """N_ij of :meth:`_chunked`'s scores, [B, H, R, nc, c, span], at least 1: for the key j
+        that round r puts in query i's span, the rounds r' in which j ∈ P_i^(r'), the same bucket
+        and within the window of i in r''s sorted order (the paper's N_ij, counted over the sets
+        attended, not over shared buckets: a key that shares i's bucket in another round but lies
+        outside its window there is attended once). Bool comparisons of [c] against [span] per
+        round, summed in float: exact small integers."""
+        c = self.chunk
+        sorted_hashes = sort(hashes.transpose(-2, -1))  # (B, H, R, n, R): every round's bucket
+        sorted_index = sort(undo.to(torch.int32).transpose(-2, -1))  # every round's sorted index
+        hq, hk = as_queries(sorted_hashes, -1), as_keys(sorted_hashes, -2)  # (.., c, R), (.., R, span)
+        iq, jk = as_queries(sorted_index, 0), as_keys(sorted_index, 0)
+        duplicates = None
+        for s in range(self.rounds):
+            member = hq[..., s, None] == hk[..., s, None, :]  # (B, H, R, nc, c, span)
+            i_s, j_s = iq[..., s, None], jk[..., s, None, :]  # (.., c, 1), (.., 1, span)
+            if self.window == "chunks":  # j in i's chunk or the one before, in round s
+                ci, cj = i_s // c, j_s // c
+                member &= (cj == ci) | (cj == ci - 1)
+            else:
+                member &= j_s > i_s - c
+                member &= (j_s <= i_s) if causal else (j_s < i_s + c)
+            duplicates = member.float() if duplicates is None else duplicates.add_(member)
+        return duplicates.clamp_(min=1)
+
     def new_state(self, max_steps: int) -> LSHCache:
-        """An empty K/V cache (with the keys' buckets); it grows by one position a step."""
-        return LSHCache()
+        """An empty cache with room for ``max_steps`` positions and each bucket's last c (causal)."""
+        return LSHCache(max_steps, self.chunk, self.buckets, self.rounds)
+
+
+def _check(cfg) -> None:
+    """The LSH settings a bound cannot state (``registry.Mechanism.check``)."""
+    if cfg.buckets > 1 and cfg.buckets % 2:
+        raise ValueError(f"attention.buckets must be 1 or even, not {cfg.buckets}")
+    if cfg.lsh_window not in WINDOWS:
+        raise ValueError(f"attention.lsh_window is one of {', '.join(WINDOWS)}, not {cfg.lsh_window!r}")
+    if cfg.lsh_window == "chunks" and cfg.decoder_self == "lsh":
+        raise ValueError(
+            "attention.lsh_window=chunks is for encoder_self: causal, a query's chunk would depend "
+            "on later tokens' buckets; decoder_self=lsh needs lsh_window=sliding"
+        )
+
+
+register(
+    Mechanism(
+        "lsh",
+        build=lambda cfg, d_head, dropout: LSHAttention(
+            d_head, cfg.buckets, cfg.rounds, cfg.chunk_length, dropout=dropout, window=cfg.lsh_window
+        ),
+        settings=(
+            Setting("buckets", 8, "lsh: hash buckets b, 1 or even", minimum=1),
+            Setting("rounds", 2, "lsh: hash rounds, each with its own random rotations", minimum=1),
+            Setting(
+                "chunk_length",
+                64,
+                "lsh: sorted positions a query sees back (and forward unless causal)",
+                minimum=1,
+            ),
+            Setting(
+                "lsh_window",
+                "sliding",
+                "lsh: sliding (chunk_length each way) or chunks (Reformer's; encoder)",
+            ),
+        ),
+        refuses={"cross": "its buckets hash one sequence's shared queries and keys; a source has no queries"},
+        check=_check,
+    )
+)

@@ -7,6 +7,12 @@ settings; it is part of ``TransformerConfig`` and so of every checkpoint. A comb
 mechanism cannot do is refused here, when the config is read, naming the role, the mechanism
 and why (:data:`REFUSED`); nothing falls back to softmax.
 
+Nothing here names a mechanism: each module registers its own (``registry.register`` at its
+bottom: name, settings, refused roles, how to build it), and this module collects them: the
+fields of :class:`AttentionConfig` are the roles and the registered settings, and
+:func:`build_mechanism` calls the registered builder. Adding a mechanism touches its module,
+its ``conf/model/base.yaml`` block and its tests.
+
 Every mechanism is an ``nn.Module`` with one call signature (see ``attention.SoftmaxAttention``)::
 
     out, weights = mechanism(q, k, v, mask, causal, state, need_weights)
@@ -27,104 +33,65 @@ Every mechanism is an ``nn.Module`` with one call signature (see ``attention.Sof
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, field, fields, make_dataclass
 from typing import Any
 
 from torch import nn
 
-from transformer.attention import SoftmaxAttention
-from transformer.feature_maps import EluFeatureMap, FavorFeatureMap
-from transformer.linear_attention import LinearAttention
-from transformer.linformer import LinformerAttention
-from transformer.local_attention import LocalAttention
-from transformer.lsh_attention import WINDOWS as LSH_WINDOWS
-from transformer.lsh_attention import LSHAttention
-from transformer.nystrom import NystromAttention
-
-ROLES = ("encoder_self", "decoder_self", "cross")
-
-# What a mechanism cannot do, per role, and why (issue 22's table). A role absent here is supported.
-REFUSED: dict[str, dict[str, str]] = {
-    "softmax": {},
-    "linear": {},
-    "performer": {},
-    "local": {"cross": "a window of nearby positions means nothing between a target and its source"},
-    "atrous": {"cross": "a dilated window of positions means nothing between a target and its source"},
-    "sparse": {"cross": "its local + strided pattern is defined over one sequence's positions"},
-    "nystrom": {
-        "decoder_self": "not causal: its landmarks average over all positions, later ones too",
-        "cross": "its landmarks are segments of one sequence, queries and keys alike",
-    },
-    "lsh": {"cross": "its buckets hash one sequence's shared queries and keys; a source has no queries"},
-    "linformer": {"decoder_self": "not causal: each projected key mixes all positions, later ones too"},
-}
-
-# Mechanisms without attention weights to drop out: attention_dropout would be silently ignored.
-NO_WEIGHTS = ("linear", "performer")
+# Each of these modules registers its mechanisms when imported (``registry.register``, at its bottom).
+from transformer import attention, linear_attention, linformer, local_attention, lsh_attention, nystrom  # noqa: F401
+from transformer.registry import MECHANISMS, ROLES, settings
 
 
-@dataclass
-class AttentionConfig:
+class _Refused(Mapping):
+    """mechanism name -> {role: why it cannot do it}, read from the registry as it stands."""
+
+    def __getitem__(self, name: str) -> dict[str, str]:
+        return dict(MECHANISMS[name].refuses)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(MECHANISMS))
+
+    def __len__(self) -> int:
+        return len(MECHANISMS)
+
+
+# What a mechanism cannot do, per role, and why (issue 22's table), as registered. A role absent
+# here is supported.
+REFUSED: Mapping[str, dict[str, str]] = _Refused()
+
+
+class _AttentionConfig:
     """The mechanism of each attention role and the mechanisms' settings (``model.attention``).
 
-    Settings belong to a mechanism, not a role: an encoder and a decoder that both use ``local``
-    use the same window.
+    Its fields are ``encoder_self``, ``decoder_self`` and ``cross`` (each a registered name,
+    default softmax) and every registered setting with its default. Settings belong to a
+    mechanism, not a role: an encoder and a decoder that both use ``local`` use the same window.
     """
-
-    encoder_self: str = "softmax"  # encoder self-attention
-    decoder_self: str = "softmax"  # decoder (causal) self-attention
-    cross: str = "softmax"  # decoder-encoder attention
-    window: int = 32  # local/atrous/sparse: positions a query sees on each side, itself included
-    dilation: int = 2  # atrous: distance between the window's positions
-    stride: int = 32  # sparse: every stride-th position is a summary that all (later) queries see
-    features: int = 256  # performer: random features m
-    redraw_interval: int = 1000  # performer: training forward passes between redraws; 0 never
-    projected_length: int = 64  # linformer: k, the keys and values are projected to
-    max_length: int = 1024  # linformer: the longest sequence its projections cover; longer is refused
-    landmarks: int = 64  # nystrom: m, segments whose means stand for the queries and keys
-    buckets: int = 8  # lsh: hash buckets b, 1 or even
-    rounds: int = 2  # lsh: hash rounds, each with its own random rotations
-    chunk_length: int = 64  # lsh: sorted positions a query sees back (and forward unless causal)
-    lsh_window: str = "sliding"  # lsh: "sliding" (chunk_length each way) or "chunks" (Reformer's; encoder)
 
     def __post_init__(self) -> None:
         for role in ROLES:
             name = getattr(self, role)
-            if name not in REFUSED:
-                known = ", ".join(REFUSED)
+            if name not in MECHANISMS:
+                known = ", ".join(MECHANISMS)
                 raise ValueError(f"attention.{role}: unknown mechanism {name!r}; known: {known}")
-            why = REFUSED[name].get(role)
+            why = MECHANISMS[name].refuses.get(role)
             if why:
                 raise ValueError(f"attention.{role}={name} is not supported: {why}")
-        for name in (
-            "window",
-            "dilation",
-            "stride",
-            "features",
-            "projected_length",
-            "max_length",
-            "landmarks",
-        ):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"attention.{name} must be at least 1, not {getattr(self, name)}")
-        if self.buckets > 1 and self.buckets % 2:
-            raise ValueError(f"attention.buckets must be 1 or even, not {self.buckets}")
-        if self.lsh_window not in LSH_WINDOWS:
-            known = ", ".join(LSH_WINDOWS)
-            raise ValueError(f"attention.lsh_window is one of {known}, not {self.lsh_window!r}")
-        if self.lsh_window == "chunks" and self.decoder_self == "lsh":
-            raise ValueError(
-                "attention.lsh_window=chunks is for encoder_self: causal, a query's chunk would depend "
-                "on later tokens' buckets; decoder_self=lsh needs lsh_window=sliding"
-            )
-        if self.redraw_interval < 0:
-            raise ValueError(f"attention.redraw_interval must be 0 (never) or more: {self.redraw_interval}")
+        for setting in settings():
+            value = getattr(self, setting.name)
+            if setting.minimum is not None and int(value) < setting.minimum:
+                raise ValueError(f"attention.{setting.name} must be at least {setting.minimum}, not {value}")
+        for mechanism in MECHANISMS.values():
+            if mechanism.check is not None:
+                mechanism.check(self)
 
     def check_dropout(self, attention_dropout: float) -> None:
         """Refuses attention dropout for a role whose mechanism has no weights to drop."""
         if attention_dropout > 0:
             for role in ROLES:
-                if getattr(self, role) in NO_WEIGHTS:
+                if not MECHANISMS[getattr(self, role)].has_weights:
                     raise ValueError(
                         f"attention.{role}={getattr(self, role)} has no attention weights for "
                         f"attention_dropout={attention_dropout}; set it to 0"
@@ -140,7 +107,7 @@ class AttentionConfig:
     @classmethod
     def from_dict(cls, values: Any) -> AttentionConfig:
         """From a mapping (a plain dict, or Hydra's DictConfig at the edge); unknown keys refused."""
-        if isinstance(values, AttentionConfig):
+        if isinstance(values, cls):
             return values
         values = dict(values or {})
         known = [f.name for f in fields(cls)]
@@ -150,30 +117,23 @@ class AttentionConfig:
         return cls(**values)
 
 
+AttentionConfig = make_dataclass(
+    "AttentionConfig",
+    [(role, str, field(default="softmax")) for role in ROLES]
+    + [(s.name, type(s.default), field(default=s.default)) for s in settings()],
+    bases=(_AttentionConfig,),
+)
+AttentionConfig.__module__ = __name__
+AttentionConfig.__doc__ = (
+    _AttentionConfig.__doc__
+    + "\n    Settings:\n"
+    + "".join(f"        {s.name} ({s.default!r}): {s.note}\n" for s in settings())
+)
+
+
 def build_mechanism(role: str, cfg: AttentionConfig, d_head: int, dropout: float) -> nn.Module:
-    """The mechanism ``cfg`` names for ``role``, for heads of width ``d_head``.
+    """The mechanism ``cfg`` names for ``role``, for heads of width ``d_head``, by its registered builder.
 
     ``dropout``: on the attention weights, for the mechanisms that have them.
     """
-    name = getattr(cfg, role)
-    if name == "softmax":
-        return SoftmaxAttention(dropout)
-    if name == "linear":
-        return LinearAttention(EluFeatureMap())
-    if name == "performer":
-        return LinearAttention(FavorFeatureMap(d_head, cfg.features, cfg.redraw_interval))
-    if name == "local":
-        return LocalAttention(cfg.window, dropout=dropout)
-    if name == "atrous":
-        return LocalAttention(cfg.window, dilation=cfg.dilation, dropout=dropout)
-    if name == "sparse":
-        return LocalAttention(cfg.window, stride=cfg.stride, dropout=dropout)
-    if name == "linformer":
-        return LinformerAttention(cfg.projected_length, cfg.max_length, dropout=dropout)
-    if name == "nystrom":
-        return NystromAttention(cfg.landmarks, dropout=dropout)
-    if name == "lsh":
-        return LSHAttention(
-            d_head, cfg.buckets, cfg.rounds, cfg.chunk_length, dropout=dropout, window=cfg.lsh_window
-        )
-    raise ValueError(f"attention.{role}: unknown mechanism {name!r}")  # AttentionConfig refuses it first
+    return MECHANISMS[getattr(cfg, role)].build(cfg, d_head, dropout)

@@ -25,7 +25,8 @@ class DecoderState:
         self_caches: per decoder layer, its self-attention mechanism's state of the steps so far:
             for softmax a ``KVCache`` of keys/values, each [rows, heads, steps, d_head], that grows
             by one step each step; for the others what their ``new_state`` makes.
-        cross_kv: per decoder layer, (k, v): [n_src, heads, src_len, d_head]; computed once.
+        cross_kv: per decoder layer, (k, v): [n_src, heads, src_len, d_head], or the mechanism's
+            ``SourceSummary`` of them (linear, Performer, Linformer); computed once per source.
         src_mask: bool [n_src, 1, 1, src_len], True at real source tokens.
         step: number of target tokens fed so far (the next token's position).
     """
@@ -54,9 +55,7 @@ class DecoderState:
         for cache in self.self_caches:
             self.spare = cache.select(rows, self.spare)
         if sources is not None:
-            self.cross_kv = [
-                (k.index_select(0, sources), v.index_select(0, sources)) for k, v in self.cross_kv
-            ]
+            self.cross_kv = [type(kv)(x.index_select(0, sources) for x in kv) for kv in self.cross_kv]
             self.src_mask = self.src_mask.index_select(0, sources)
 
 
@@ -177,9 +176,13 @@ class Transformer(nn.Module):
         memory = self.encoder(self.src_pos(self.src_embed(src)), src_mask)
         return memory, src_mask
 
-    def project_memory(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
-        """Cross-attention K/V of every decoder layer: each (k, v) [batch, heads, src_len, d_head]."""
-        return [layer.cross_attn.project_kv(memory) for layer in self.decoder.layers]
+    def project_memory(
+        self, memory: Tensor, src_mask: Tensor, summarise: bool = True
+    ) -> list[tuple[Tensor, ...]]:
+        """What cross-attention reads, for every decoder layer: (k, v) [batch, heads, src_len, d_head],
+        or its mechanism's ``SourceSummary`` (``MultiHeadAttention.project_kv``; src_mask: bool
+        [batch, 1, 1, src_len]; ``summarise=False``: (k, v) whatever the mechanism)."""
+        return [layer.cross_attn.project_kv(memory, src_mask, summarise) for layer in self.decoder.layers]
 
     def decode(
         self,
@@ -217,13 +220,14 @@ class Transformer(nn.Module):
         (training's, ``training/loss.py``).
         """
         memory, src_mask = self.encode(src)
-        out, _ = self.decode(tgt_in, self.project_memory(memory), src_mask, project=project)
+        out, _ = self.decode(tgt_in, self.project_memory(memory, src_mask), src_mask, project=project)
         return out
 
     def cross_attention_weights(self, src: Tensor, tgt_in: Tensor) -> list[Tensor]:
         """Per decoder layer, cross-attention weights [batch, heads, tgt_len, src_len] (eval mode)."""
         memory, src_mask = self.encode(src)
-        _, weights = self.decode(tgt_in, self.project_memory(memory), src_mask, need_weights=True)
+        cross_kv = self.project_memory(memory, src_mask, summarise=False)
+        _, weights = self.decode(tgt_in, cross_kv, src_mask, need_weights=True)
         return weights
 
     def encoder_attention_weights(self, src: Tensor) -> list[Tensor]:
@@ -253,14 +257,15 @@ class Transformer(nn.Module):
         return weights
 
     def start_decoding(self, memory: Tensor, src_mask: Tensor, max_steps: int = 64) -> DecoderState:
-        """Empty self-attention states and the cross-attention K/V of ``memory`` [n_src, src_len, d].
+        """Empty self-attention states and the cross-attention K/V (or summaries) of ``memory``
+        [n_src, src_len, d].
 
         ``max_steps``: the most steps decoding may take. Softmax's caches start with room for at
         most ``KVCache.GROWTH`` and grow when full: most outputs end long before the length limit.
         """
         return DecoderState(
             self_caches=[layer.self_attn.mechanism.new_state(max_steps) for layer in self.decoder.layers],
-            cross_kv=self.project_memory(memory),
+            cross_kv=self.project_memory(memory, src_mask),
             src_mask=src_mask,
         )
 

@@ -39,6 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from transformer.attention import fused_attention
+from transformer.registry import Mechanism, Setting, register
 
 NEG = -1e9  # the score of a masked entry: finite, so an all-masked row gives weights, not NaN
 
@@ -146,3 +147,20 @@ class NystromAttention(nn.Module):
                 z = pinv @ fused_attention(q_land, k, v, key_ok)  # (B, H, m, d)
                 out, weights = fused_attention(q, k_land, z, present, dropout_p=p), None  # (B, H, n, d)
         return out.to(dtype), weights
+
+
+register(
+    Mechanism(
+        "nystrom",
+        build=lambda cfg, d_head, dropout: NystromAttention(cfg.landmarks, dropout=dropout),
+        settings=(
+            Setting(
+                "landmarks", 64, "nystrom: m, segments whose means stand for the queries and keys", minimum=1
+            ),
+        ),
+        refuses={
+            "decoder_self": "not causal: its landmarks average over all positions, later ones too",
+            "cross": "its landmarks are segments of one sequence, queries and keys alike",
+        },
+    )
+)

@@ -3,15 +3,17 @@
 Each test builds ours and theirs with ``bench/attention_reference.py``'s mapping of our settings
 (the one that the benchmark times), gives both the same projections (theirs copied into ours;
 a bias theirs lacks is zero in ours) and the same random features or projection matrices, and
-asserts equal outputs at fp32 precision. Tiny shapes, one thread. Skipped, with the package's
-name, where the ``bench`` extra is not installed (CI installs ``.[dev]`` only).
+asserts equal outputs at fp32 precision. Tiny shapes, one thread. The packages are in the ``dev``
+extra, which CI installs, so these run there; skipped, with the package's name, where they are
+not installed.
 
 Where the mathematics differs, the test makes it the same and says how:
 
 * performer: theirs adds 1e-4 to every random feature (``softmax_kernel(eps=1e-4)``; the causal
-  path 1e-6 to every prefix sum), ours 1e-6 to the normaliser: both set to 0 here. Their keys
-  are also divided by exp(their largest exponent over all positions), a constant that cancels in
-  the ratio. The random features themselves are drawn by each (copied here).
+  path 1e-6 to every prefix sum), ours floors the normaliser at the smallest normal float: both
+  set to 0 here. Their keys are divided by exp(their largest exponent over all positions), ours
+  by exp(the largest over the sequence, or causal over the positions so far, chunk by chunk):
+  constants that cancel in the ratio. The random features themselves are drawn by each (copied here).
 * nystrom: the pseudo-inverse's starting point Aᵀ / (‖A‖₁‖A‖_∞) takes each head's own norms
   here, the largest over the whole batch and all heads there (so one sentence's output depends
   on its neighbours'): equal with one sentence of one head, or with our iteration in theirs.
@@ -59,7 +61,7 @@ D_HEAD = D_MODEL // HEADS
 def needs(package: str, module: str):
     """The module of a reference package, or a skip naming it and the extra."""
     return pytest.importorskip(
-        module, reason=f"{package} not installed (the bench extra: pip install -e '.[bench]')"
+        module, reason=f"{package} not installed (the dev extra: pip install -e '.[dev]')"
     )
 
 
@@ -82,7 +84,7 @@ def close(ours: Tensor, theirs: Tensor) -> None:
 
 @pytest.fixture
 def no_epsilons(monkeypatch):
-    """Their 1e-4 on every random feature and our 1e-6 on the normaliser, both 0 (see the docstring)."""
+    """Their 1e-4 on every random feature and our floor on the normaliser, both 0 (see the docstring)."""
     pp = needs("performer-pytorch", "performer_pytorch.performer_pytorch")
     import transformer.linear_attention
 

@@ -48,7 +48,7 @@ def test_attention_decoding_smoke(tmp_path):
         "attention_decoding.py", ["--steps", "32", "--d-model", "32", "--heads", "2", "--json", str(out)]
     )
     results = json.loads(out.read_text())["results"]
-    assert sorted(results) == ["linear", "local", "performer", "softmax"]
+    assert sorted(results) == ["linear", "local", "lsh", "performer", "softmax"]
     for name, r in results.items():
         assert f"| {name} " in stdout and len(r["step_ms"]) == 32
     # The RNN state of linear attention does not grow; softmax's K/V cache does.

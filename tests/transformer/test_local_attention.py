@@ -87,3 +87,30 @@ def test_rows_reordered_in_the_cache_follow_their_hypotheses():
     out, _ = attention(q[order, :, 4:5], k[order, :, 4:5], v[order, :, 4:5], None, True, state)
     full, _ = attention(q[order, :, :5], k[order, :, :5], v[order, :, :5], causal=True)
     torch.testing.assert_close(out, full[:, :, 4:5], atol=1e-5, rtol=1e-5)
+
+
+@CAUSAL
+def test_sparse_summaries_recomputed_for_backward_give_the_written_out_gradients(causal, monkeypatch):
+    """The strided part made a block of queries at a time and again for backward (its weights not
+    kept): the outputs and the gradients of q, k, v equal the pattern written out (need_weights),
+    padding and blocks crossed; and gradcheck in float64."""
+    import transformer.local_attention
+
+    monkeypatch.setattr(transformer.local_attention.StridedSummaries, "BLOCK", 3)
+    attention = LocalAttention(window=2, stride=3)
+    q, k, v = (x.double().requires_grad_() for x in _qkv(n=17))
+    mask = _key_mask(2, 17, lengths=(None, 10))
+    real = mask[:, :, 0, :, None]
+    blocked, _ = attention(q, k, v, mask, causal)
+    dense, _ = attention(q, k, v, mask, causal, need_weights=True)
+    # (the written-out pattern's softmax is taken in fp32: fp32's tolerance)
+    torch.testing.assert_close(blocked * real, dense * real, atol=1e-6, rtol=1e-5)
+    g = torch.randn_like(dense, dtype=torch.float64) * real
+    for got, want in zip(
+        torch.autograd.grad((blocked * g).sum(), (q, k, v)),
+        torch.autograd.grad((dense * g).sum(), (q, k, v)),
+        strict=True,
+    ):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    small = [x[:1, :1, :8].detach().requires_grad_() for x in (q, k, v)]
+    assert torch.autograd.gradcheck(lambda q, k, v: attention(q, k, v, None, causal)[0], small)

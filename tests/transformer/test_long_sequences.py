@@ -76,5 +76,5 @@ def test_long_sequences_train_and_decode(name, n):
         state = model.start_decoding(*model.encode(src), max_steps=n)
         for t in range(64):
             step = model.decode_step(tgt[:, t], state)
-        full, _ = model.decode(tgt[:, :64], model.project_memory(model.encode(src)[0]), state.src_mask)
+        full, _ = model.decode(tgt[:, :64], model.project_memory(*model.encode(src)), state.src_mask)
     torch.testing.assert_close(step, full[:, -1], atol=1e-4, rtol=1e-4)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from transformer.lsh_attention import LSHAttention, shared_qk_attention
+from transformer.lsh_attention import SELF, LSHAttention, shared_qk_attention
 
 
 def _qkv(b=2, h=2, n=13, d=8):
@@ -149,3 +149,90 @@ def test_the_layer_projects_no_keys_for_shared_qk(inference):
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
     out.sum().backward()
     assert (w.grad[16:32] == 0).all() and (w.grad[:16] != 0).any() and (w.grad[32:] != 0).any()
+
+
+def _enumerated(attention: LSHAttention, q: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:
+    """LSH attention by direct enumeration, one query at a time: each round's sort by (bucket,
+    position) in Python, the set P_i^(r) each query attends to by the module docstring's
+    definition, and softmax over their union ∪_r P_i^(r) (equation (4) with N_ij, the rounds whose
+    set holds j, is exactly that); i itself scored SELF. q, v: [B, H, n, d] -> [B, H, n, d]."""
+    b, h, n, d = q.shape
+    k = torch.nn.functional.normalize(q, dim=-1)
+    hashes = attention.hash(k, None).tolist()  # [B][H][R][n]
+    c = attention.chunk
+    out = torch.zeros_like(v)
+    for bi in range(b):
+        for hi in range(h):
+            sorted_index = []
+            for r in range(attention.rounds):
+                order = sorted(range(n), key=lambda j, r=r: (hashes[bi][hi][r][j], j))
+                sorted_index.append({pos: idx for idx, pos in enumerate(order)})
+            for i in range(n):
+                union = set()
+                for r, s in enumerate(sorted_index):
+                    for j in range(n):
+                        if hashes[bi][hi][r][j] != hashes[bi][hi][r][i]:
+                            continue
+                        if attention.window == "chunks":
+                            inside = s[j] // c in (s[i] // c, s[i] // c - 1)
+                        else:
+                            gap = s[i] - s[j]
+                            inside = 0 <= gap < c if causal else abs(gap) < c
+                        if inside:
+                            union.add(j)
+                keys = sorted(union)
+                scores = torch.stack(
+                    [torch.tensor(SELF) if j == i else q[bi, hi, i] @ k[bi, hi, j] / d**0.5 for j in keys]
+                )
+                out[bi, hi, i] = scores.softmax(0) @ v[bi, hi, keys]
+    return out
+
+
+@pytest.mark.parametrize(
+    ("window", "causal", "buckets", "rounds", "chunk"),
+    [
+        ("sliding", False, 4, 3, 2),
+        ("sliding", True, 4, 3, 2),
+        ("sliding", True, 2, 2, 3),
+        ("sliding", False, 2, 4, 1),
+        ("chunks", False, 4, 3, 2),
+        ("chunks", False, 2, 2, 3),
+    ],
+    ids=str,
+)
+def test_rounds_combine_as_softmax_over_the_union_of_what_each_query_attends_to(
+    window, causal, buckets, rounds, chunk
+):
+    """The duplicate correction N_ij counts the rounds whose window holds j (not those whose bucket
+    does): the chunked computation, the written-out one and, causal, decoding step by step all
+    equal a direct enumeration of each query's sets."""
+    torch.manual_seed(3)
+    q, _, v = _qkv(n=14)
+    attention = LSHAttention(8, buckets, rounds, chunk, window=window)
+    expected = _enumerated(attention, q, v, causal)
+    chunked, _ = attention(q, q, v, causal=causal)
+    torch.testing.assert_close(chunked, expected, atol=1e-5, rtol=1e-5)
+    dense, _ = attention(q, q, v, causal=causal, need_weights=True)
+    torch.testing.assert_close(dense, expected, atol=1e-5, rtol=1e-5)
+    if causal:
+        state = attention.new_state(4)  # grows past its room
+        steps = [
+            attention(q[:, :, t : t + 1], None, v[:, :, t : t + 1], None, True, state)[0] for t in range(14)
+        ]
+        torch.testing.assert_close(torch.cat(steps, 2), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_decoding_reads_a_fixed_number_of_keys_and_never_copies_the_cache():
+    """Each step's cost does not grow with the steps: the cache is written in place (its storage
+    allocated once), and a step gathers R·c keys whatever the length."""
+    torch.manual_seed(0)
+    attention = LSHAttention(8, buckets=4, rounds=2, chunk=3)
+    state = attention.new_state(40)
+    q, _, v = _qkv(b=1, n=40)
+    storages = set()
+    for t in range(40):
+        out, _ = attention(q[:, :, t : t + 1], None, v[:, :, t : t + 1], None, True, state)
+        storages.add(state.kv.untyped_storage().data_ptr())
+        assert torch.isfinite(out).all()
+    assert len(storages) == 1 and state.length == 40
+    assert state.ring.shape == (1, 2, 2, 5 * 3)  # per round, each bucket's (and padding's) last c

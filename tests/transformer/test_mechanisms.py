@@ -16,7 +16,7 @@ from tests.transformer.helpers import (
 )
 from tests.transformer.test_model import _check_incremental_decoding
 from transformer import Transformer, TransformerConfig
-from transformer.attention import KVCache, SoftmaxAttention
+from transformer.attention import KVCache, SoftmaxAttention, SourceSummary
 from transformer.mechanisms import REFUSED, ROLES, AttentionConfig
 from transformer.search import beam_search, greedy_search
 
@@ -147,6 +147,49 @@ def test_greedy_and_beam_search_equal_recomputation(attention):
     assert [[h.tokens for h in n] for n in cached] == [[h.tokens for h in n] for n in recomputed]
     for a, b in zip(cached, recomputed, strict=True):
         torch.testing.assert_close(torch.tensor([h.score for h in a]), torch.tensor([h.score for h in b]))
+
+
+SUMMARISING = ["linear", "performer", "linformer"]  # cross-attention by a summary of the source
+
+
+@pytest.mark.parametrize("name", SUMMARISING)
+def test_cross_attention_summarises_the_source_once_and_equals_attending_its_keys(name):
+    """Linear, Performer and Linformer cross-attention reduce the source once, when decoding starts
+    ([S, Z], or E K and F V): a state whose size does not depend on the source's length, no
+    reduction at any step, and, for rows grouped by source as beams are, the same outputs as
+    attending over the source's keys and values (padding included)."""
+    torch.manual_seed(0)
+    model = tiny_model(attention=MECHANISMS[name])
+    mechanisms = [layer.cross_attn.mechanism for layer in model.decoder.layers]
+    calls = []
+    for mechanism in mechanisms:
+        original = mechanism.summarise
+        mechanism.summarise = lambda k, v, mask, original=original: (
+            calls.append(k.size(2)) or original(k, v, mask)
+        )
+    shapes = []
+    for lengths in ([5, 3], [12, 9]):
+        src = ragged_batch(lengths)
+        memory, src_mask = model.encode(src)
+        state = model.start_decoding(memory, src_mask)
+        assert all(isinstance(kv, SourceSummary) for kv in state.cross_kv)
+        shapes.append([tuple(x.shape) for kv in state.cross_kv for x in kv])
+        tgt = random_tokens(2 * 3, 5, 41)  # 3 rows (beams) per source
+        before = len(calls)
+        for t in range(5):
+            model.decode_step(tgt[:, t], state)
+        assert len(calls) == before  # nothing summarised while decoding
+        rows_src = torch.arange(2).repeat_interleave(3)
+        summarised, _ = model.decode(tgt, model.project_memory(memory, src_mask), src_mask)
+        keys = model.project_memory(memory, src_mask, summarise=False)
+        assert not any(isinstance(kv, SourceSummary) for kv in keys)
+        attended, _ = model.decode(tgt, keys, src_mask)
+        torch.testing.assert_close(summarised, attended, atol=1e-5, rtol=1e-5)
+        alone = model.decode(tgt[:3], model.project_memory(memory[rows_src[:1]], src_mask[:1]), src_mask[:1])[
+            0
+        ]
+        torch.testing.assert_close(alone, summarised[:3], atol=1e-5, rtol=1e-5)
+    assert shapes[0] == shapes[1]  # the summary's size does not grow with the source
 
 
 def model_with_eos_bias_and(attention: dict) -> Transformer:

@@ -79,7 +79,9 @@ def _check_incremental_decoding(model, group, capacity):
     rows_src = torch.arange(3).repeat_interleave(group)  # source of each row
     for t in range(9):
         step_logits = model.decode_step(tgt[:, t], state)
-        full, _ = model.decode(tgt[:, : t + 1], model.project_memory(memory[rows_src]), src_mask[rows_src])
+        full, _ = model.decode(
+            tgt[:, : t + 1], model.project_memory(memory[rows_src], src_mask[rows_src]), src_mask[rows_src]
+        )
         torch.testing.assert_close(step_logits, full[:, -1], atol=1e-5, rtol=1e-5)
         if t == 3:  # reverse the rows inside each group
             order = torch.arange(3 * group).view(3, group).flip(1).reshape(-1)
