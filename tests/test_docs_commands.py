@@ -262,3 +262,29 @@ def test_the_layout_table_names_every_module():
             if path.name != "__init__.py" and f"`{path.name}`" not in row:
                 missing.append(path.relative_to(ROOT).as_posix())
     assert not missing, f"README.md's Layout table does not name: {missing}"
+
+
+def _headings(path: Path) -> list[str]:
+    return re.findall(r"^#+ (.+)$", path.read_text(), flags=re.M)
+
+
+def test_pointers_to_readme_and_docs_sections_exist():
+    """`README "Set up"`, `(docs/long_runs.md, "Where the corpus comes from")`: a heading starts so."""
+    sources = [
+        *DOCUMENTS,
+        ROOT / "pyproject.toml",
+        ROOT / ".ci" / "run",
+        *sorted((ROOT / "conf").rglob("*.yaml")),
+    ]
+    sources += sorted(p for p in ROOT.glob("*/**/*.py") if ".venv" not in p.parts and "runs" not in p.parts)
+    missing, found = [], 0
+    for source in (p for p in sources if p.is_file()):
+        flat = re.sub(r"\n\s*#?\s*", " ", source.read_text())
+        pattern = r"\b(README(?:\.md)?|docs/\w+\.md)\W{0,4}\"([A-Z][^\"]{2,80})\""
+        for target, name in re.findall(pattern, flat):
+            document = ROOT / ("README.md" if target.startswith("README") else target)
+            found += 1
+            if not any(h.startswith(name) for h in _headings(document)):
+                missing.append(f"{source.relative_to(ROOT)}: {target}, {name!r}")
+    assert found >= 5
+    assert not missing, f"no such section: {missing}"
