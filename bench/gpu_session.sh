@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 13's GPU work on the device machine, one step per call (BENCHMARKS.md, "GPU session recipe").
+# Issue 13's GPU work on the device machine, one step per call (BENCHMARKS.md, "GPU recipe").
 #   bash bench/gpu_session.sh tests          # the gpu-marked tests (pytest -m gpu)
 #   bash bench/gpu_session.sh bench base     # bench/gpu_train.py for one model size (base or big)
 #   bash bench/gpu_session.sh train          # python3 train.py experiment=multi30k_de_en_gpu
