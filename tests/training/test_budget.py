@@ -6,7 +6,7 @@ import pytest
 
 from training.budget import as_max_time, forecast, max_time_seconds
 
-# The CPU recipe: 42 minutes, warmup 600 updates, the last 5 epochs averaged, 110 updates an epoch.
+# A budget of 42 minutes, warmup 600 updates, the last 5 epochs averaged, 110 updates an epoch.
 RECIPE = {"budget_s": 42 * 60, "updates_per_epoch": 110, "warmup_steps": 600, "average_last": 5}
 
 
