@@ -190,7 +190,8 @@ class RunRecord:
         results = {**results, **self.fields, **ending.as_results()}
         if rank_zero_only.rank == 0:
             text = json.dumps(results, indent=2, sort_keys=True) + "\n"
-            (self.output_dir / "results.json").write_text(text)
+            with atomic_write(self.output_dir / "results.json") as f:  # a reader never sees half of it
+                f.write(text.encode())
         return results
 
 
