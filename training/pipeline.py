@@ -265,6 +265,7 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
         keep_last=int(cfg.checkpoint.keep_last),
         average_last=int(cfg.average_last),
         accumulate_grad_batches=int(cfg.trainer.get("accumulate_grad_batches", 1)),
+        validates=cfg.trainer.get("limit_val_batches", 1.0) not in (0, 0.0),
     )
     callbacks: list[Callback] = [
         *plan.callbacks,
