@@ -268,6 +268,24 @@ class TranslationModule(L.LightningModule):
         trainer = self._trainer  # the property raises without a trainer
         return None if trainer is None else getattr(trainer.precision_plugin, "scaler", None)
 
+    def on_train_start(self) -> None:
+        # A resumed run gets Adam's settings and the schedule's peak back from the checkpoint; the
+        # hyperparameters (the config, where resume.allow_changes let it differ) then win. Unchanged,
+        # this sets the values the restore did, by LambdaLR's own expression.
+        opt = self.hparams.optimizer
+        optimizer = self.optimizers(use_pl_optimizer=False)
+        scheduler = self.lr_schedulers()
+        if scheduler is None:
+            return
+        scheduler.base_lrs = [float(opt["lr"])] * len(optimizer.param_groups)
+        for group, lr_lambda, base_lr in zip(
+            optimizer.param_groups, scheduler.lr_lambdas, scheduler.base_lrs, strict=True
+        ):
+            group.update(betas=tuple(opt["betas"]), eps=opt["eps"], weight_decay=opt["weight_decay"])
+            group["initial_lr"] = base_lr
+            group["lr"] = base_lr * lr_lambda(scheduler.last_epoch)
+        scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
+
     def configure_optimizers(self) -> dict:
         opt = self.hparams.optimizer
         fused = opt.get("fused")
