@@ -13,18 +13,22 @@ every rank stops there.
   the checkpoint callbacks save after it as always, so the resumed run neither repeats nor loses
   it; then Lightning stops on ``trainer.received_sigterm``, set on every rank at once.
 
-Lightning's own SIGTERM handler is replaced while training: it broadcasts from inside the handler,
-a collective that only the signalled rank enters, which deadlocks when that is not rank 0. Under
-SLURM (its ``SLURMEnvironment`` with ``auto_requeue``, detected by Lightning) SIGUSR1 stays
-Lightning's: every task gets it, saves ``hpc_ckpt_<n>.ckpt`` and requeues the job; SLURM's SIGTERM
-that follows is handled here. Signals before training starts or after it ended keep their
-default action.
+Lightning's own handlers are replaced while training: its SIGTERM handler broadcasts from inside
+the handler, and under SLURM its SIGUSR1 handler saves ``hpc_ckpt_<n>.ckpt`` from inside the
+handler, collectives that only the signalled rank enters, wherever it is: a deadlock, or a
+checkpoint of ranks at different updates. Under SLURM with auto-requeue (Lightning's
+``SLURMEnvironment``, detected by itself), SIGUSR1 (its requeue signal) stops as above and rank 0
+then requeues the job (``scontrol requeue``); the requeued job, started into the same run
+directory, resumes from that run's newest checkpoint (:func:`training.resume.resume_point`).
+Signals before training starts or after it ended keep their default action.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import subprocess
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -32,6 +36,7 @@ from typing import Any
 import lightning as L
 import torch
 import torch.distributed as dist
+from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -74,6 +79,7 @@ class PreemptionCheckpoint(Callback):
         self.saved_at: int | None = None  # the update last.ckpt was saved at, once saved
         self.after_validation = False  # stopping once the validation of this update is done
         self.group: Any = None  # the ranks' gloo group, under DDP
+        self.requeue_signal: int | None = None  # SLURM with auto-requeue: the signal that requeues
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.group is None and dist.is_available() and dist.is_initialized() and trainer.world_size > 1:
@@ -81,10 +87,11 @@ class PreemptionCheckpoint(Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Lightning registers its handlers just before this hook; they are restored after training.
+        env = getattr(trainer.strategy, "cluster_environment", None)
+        if isinstance(env, SLURMEnvironment) and env.auto_requeue:
+            self.requeue_signal = int(env.requeue_signal or signal.SIGUSR1)
         signal.signal(signal.SIGTERM, self._on_signal)
-        # SIGUSR1 is ours only where nothing handles it: under SLURM Lightning saves and requeues.
-        if signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):
-            signal.signal(signal.SIGUSR1, self._on_signal)
+        signal.signal(self.requeue_signal or signal.SIGUSR1, self._on_signal)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         # No logging, no collectives: a handler runs between any two bytecodes of the main thread.
@@ -124,6 +131,7 @@ class PreemptionCheckpoint(Callback):
         self._save(trainer)
         if trainer.is_global_zero:
             logger.warning("%s received: saved %s at update %d", name, self.path, trainer.global_step)
+        self.requeue(trainer)
         raise Preempted(self.signum, trainer.global_step, str(self.path))
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -139,8 +147,22 @@ class PreemptionCheckpoint(Callback):
         # or, at an epoch end, after the epoch's checkpoints.
         trainer._signal_connector.received_sigterm = True
 
+    def requeue(self, trainer: L.Trainer) -> None:
+        """Under SLURM with auto-requeue, after its requeue signal: rank 0 requeues the job."""
+        if self.requeue_signal is None or self.signum != self.requeue_signal or not trainer.is_global_zero:
+            return
+        command = requeue_command(os.environ)
+        logger.warning("requeueing the SLURM job: %s", " ".join(command))
+        result = subprocess.call(command)
+        if result != 0:
+            logger.error("%s failed with status %d: the job is not requeued", " ".join(command), result)
+
     def preempted(self, trainer: L.Trainer) -> Preempted:
-        """The :class:`Preempted` to end the process with, after Lightning stopped on a signal."""
+        """The :class:`Preempted` to end the process with, after Lightning stopped on a signal.
+
+        Requeues a SLURM job first where its requeue signal stopped the run.
+        """
+        self.requeue(trainer)
         signum = self.signum or self.received or signal.SIGTERM
         saved = None
         if self.saved_at is not None:
@@ -159,3 +181,12 @@ def _validation_follows(trainer: L.Trainer) -> bool:
     """Whether Lightning validates after the batch that just ended (its own test, as it will ask it)."""
     loop = trainer.fit_loop.epoch_loop
     return bool(trainer.enable_validation) and loop._should_check_val_fx(trainer.fit_loop._data_fetcher)
+
+
+def requeue_command(environ: Any) -> list[str]:
+    """``scontrol requeue <job>``, the job named as Lightning names it (array jobs included)."""
+    if environ.get("SLURM_ARRAY_JOB_ID") is not None:
+        job = f"{environ['SLURM_ARRAY_JOB_ID']}_{environ['SLURM_ARRAY_TASK_ID']}"
+    else:
+        job = environ["SLURM_JOB_ID"]
+    return ["scontrol", "requeue", job]

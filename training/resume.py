@@ -1,6 +1,6 @@
 """Resuming a run: which checkpoint, whether it loads, what changed since, and the history kept.
 
-- :func:`resume_point`: ``ckpt_path`` (``last``, a file, or SLURM's requeue checkpoint) read once;
+- :func:`resume_point`: ``ckpt_path`` (``last``, a file, or a requeued SLURM job's newest) read once;
   a truncated, empty or foreign file is refused naming it (:class:`CheckpointError`), and
   ``ckpt_path=last`` names, or with ``resume.take_newest_loadable`` takes, the newest checkpoint
   beside it that loads. Nothing starts from scratch silently.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,12 +137,27 @@ def _newest_loadable(ckpt_dir: Path, damaged: Path) -> tuple[Path, dict] | None:
     return None if best is None else (best[1], best[2])
 
 
-def _requeue_checkpoint(output_dir: Path) -> Path | None:
-    """SLURM's ``hpc_ckpt_<n>.ckpt`` with the highest n in the run directory (as Lightning picks it)."""
-    found = [
-        (int(m.group(1)), p) for p in output_dir.glob("hpc_ckpt_*.ckpt") if (m := _HPC.fullmatch(p.name))
-    ]
-    return max(found)[1] if found else None
+def _requeued_checkpoint(output_dir: Path) -> Path | None:
+    """In a SLURM job, the newest loadable checkpoint its run directory holds, or None.
+
+    A requeued job starts again into the same run directory: it resumes from the run's
+    ``checkpoints/last.ckpt``, or from Lightning's ``hpc_ckpt_<n>.ckpt`` (an older Lightning
+    handler's), whichever holds more updates.
+    """
+    if "SLURM_JOB_ID" not in os.environ:
+        return None
+    found = [p for p in output_dir.glob("hpc_ckpt_*.ckpt") if _HPC.fullmatch(p.name)]
+    found += [p for p in [output_dir / "checkpoints" / "last.ckpt"] if p.is_file()]
+    best: tuple[int, Path] | None = None
+    for path in found:
+        try:
+            step = int(read_checkpoint(path)["global_step"])
+        except CheckpointError as err:
+            logger.warning("requeued job: %s; not resuming from it", err)
+            continue
+        if best is None or step > best[0]:
+            best = (step, path)
+    return None if best is None else best[1]
 
 
 _HPC = re.compile(r"hpc_ckpt_(\d+)\.ckpt")
@@ -157,7 +173,8 @@ def resume_point(
     """The checkpoint a run resumes from, read and checked; None to start afresh.
 
     Args:
-        ckpt_path: None (SLURM's requeue checkpoint in ``output_dir`` if there is one, else none),
+        ckpt_path: None (in a SLURM job, the newest checkpoint of ``output_dir``, which a requeued
+            job finds there; else none),
             a checkpoint file, or ``"last"``: the newest ``<runs_dir>/<name>/*/checkpoints/last.ckpt``.
         runs_dir, name: where ``last`` looks.
         output_dir: this run's directory (its own ``last.ckpt`` is not a candidate).
@@ -170,7 +187,7 @@ def resume_point(
             one beside it that can, and how to take it).
     """
     if ckpt_path in (None, ""):
-        requeued = _requeue_checkpoint(output_dir)
+        requeued = _requeued_checkpoint(output_dir)
         return None if requeued is None else _point(requeued, read_checkpoint(requeued))
     if ckpt_path != "last":
         path = Path(ckpt_path)

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,8 +17,9 @@ from tests.toy_text import write_toy_corpus
 from tests.training.test_kill_resume import _records, _start
 from tests.training.test_pipeline import compose_config, toy_overrides
 from training import module as module_mod
+from training import preemption
 from training.pipeline import train
-from training.preemption import Preempted
+from training.preemption import Preempted, PreemptionCheckpoint, requeue_command
 
 MAX_STEPS = 10
 
@@ -126,3 +128,20 @@ def test_a_signal_at_a_validated_update_stops_after_its_validation_and_resumes_e
     b = torch.load(last, weights_only=True)["state_dict"]
     for key in a:
         torch.testing.assert_close(b[key], a[key], rtol=0, atol=0, msg=key)
+
+
+def test_under_slurm_the_requeue_signal_requeues_the_job_from_rank_zero(monkeypatch, tmp_path):
+    assert requeue_command({"SLURM_JOB_ID": "123"}) == ["scontrol", "requeue", "123"]
+    array = {"SLURM_JOB_ID": "9", "SLURM_ARRAY_JOB_ID": "7", "SLURM_ARRAY_TASK_ID": "3"}
+    assert requeue_command(array) == ["scontrol", "requeue", "7_3"]
+    calls = []
+    monkeypatch.setattr(preemption.subprocess, "call", lambda cmd: calls.append(cmd) or 0)
+    monkeypatch.setenv("SLURM_JOB_ID", "123")
+    callback = PreemptionCheckpoint(tmp_path)
+    callback.requeue_signal, callback.signum = signal.SIGUSR1, signal.SIGUSR1
+    callback.requeue(SimpleNamespace(is_global_zero=False))  # another rank: nothing
+    callback.requeue(SimpleNamespace(is_global_zero=True))
+    assert calls == [["scontrol", "requeue", "123"]]
+    callback.signum = signal.SIGTERM  # scancel, or SLURM's own SIGTERM: stop, no requeue
+    callback.requeue(SimpleNamespace(is_global_zero=True))
+    assert len(calls) == 1

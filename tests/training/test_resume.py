@@ -178,3 +178,18 @@ def test_last_offers_or_takes_the_newest_loadable_checkpoint_beside_a_damaged_on
     assert point.path == ckpts / "update00000008.ckpt" and point.global_step == 8
     assert point.run_dir == tmp_path / "runs" / "x" / "run1"
     assert "resuming from" in caplog.text and "update00000008.ckpt" in caplog.text
+
+
+def test_a_requeued_slurm_job_resumes_from_its_run_directorys_newest_checkpoint(tmp_path, monkeypatch):
+    run = tmp_path / "runs" / "wmt" / "4242"
+    (run / "checkpoints").mkdir(parents=True)
+    torch.save({"state_dict": {}, "global_step": 10, "loops": {}}, run / "hpc_ckpt_1.ckpt")
+    torch.save({"state_dict": {}, "global_step": 12, "loops": {}}, run / "checkpoints" / "last.ckpt")
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert resume_point(None, tmp_path / "runs", "wmt", run) is None  # outside SLURM: a fresh start
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    point = resume_point(None, tmp_path / "runs", "wmt", run)
+    assert point.path == run / "checkpoints" / "last.ckpt" and point.run_dir == run
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"")  # damaged: the next newest, with a warning
+    assert resume_point(None, tmp_path / "runs", "wmt", run).path == run / "hpc_ckpt_1.ckpt"
+    assert resume_point(None, tmp_path / "runs", "wmt", tmp_path / "fresh") is None
