@@ -32,8 +32,11 @@ def training_step(self, batch, batch_idx):
     out = os.environ["OUT_DIR"]
     with open(os.path.join(out, f"batches.{self.global_rank}"), "a") as f:
         f.write(f"{self.trainer.global_step} {batch['ids'].tolist()}\\n")
-    with open(os.path.join(out, f"pid.{self.global_rank}"), "w") as f:
-        f.write(str(os.getpid()))
+    pid = os.path.join(out, f"pid.{self.global_rank}")
+    if not os.path.exists(pid):  # whole or absent: the test reads it while this rank runs
+        with open(pid + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(pid + ".tmp", pid)
     time.sleep(float(os.environ.get("STEP_SLEEP", "0")))
     return real(self, batch, batch_idx)
 m.TranslationModule.training_step = training_step
