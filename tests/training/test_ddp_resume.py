@@ -137,17 +137,36 @@ def _resume_and_compare(setup, straight, ckpt: Path, stopped_out: Path, name: st
         torch.testing.assert_close(b[key], a[key], rtol=0, atol=0, msg=key)
 
 
-@pytest.mark.slow
-def test_a_run_stopped_at_an_update_checkpoint_resumes_bit_exactly_on_two_ranks(setup, straight):
-    """Stopped at update 6 (mid-epoch 1, a checkpointed update), then resumed to 9: with dropout on,
-    both ranks' RNG states are restored, so the weights equal the straight run's."""
+@pytest.fixture(scope="module")
+def stopped(setup):
+    """A run stopped at update 6 (mid-epoch 1, a checkpointed update): its checkpoint and batches."""
     proc, out = _start(setup, "stopped", ["trainer.max_steps=6"])
     log = _finish(proc)
     assert proc.returncode == 0, log[-3000:]
-    ckpt = setup[0] / "runs" / "stopped" / "checkpoints" / "update00000006.ckpt"
+    return setup[0] / "runs" / "stopped" / "checkpoints" / "update00000006.ckpt", out
+
+
+@pytest.mark.slow
+def test_a_run_stopped_at_an_update_checkpoint_resumes_bit_exactly_on_two_ranks(setup, straight, stopped):
+    """Resumed from update 6 to 9: with dropout on, both ranks' RNG states are restored, so the
+    weights equal the straight run's."""
+    ckpt, out = stopped
     rng = torch.load(ckpt, weights_only=True)["rng"]["per_rank"]
     assert len(rng) == 2 and not torch.equal(rng[0]["torch"], rng[1]["torch"])  # each rank's own
     _resume_and_compare(setup, straight, ckpt, out, "stopped_resumed")
+
+
+@pytest.mark.slow
+def test_a_two_rank_checkpoint_resumes_on_one_process_with_one_warning(setup, stopped):
+    ckpt = stopped[0]
+    proc, out = _start(
+        setup, "fewer", [f"trainer.max_steps={MAX_STEPS}", f"ckpt_path={ckpt}", "trainer.devices=1"]
+    )
+    log = _finish(proc)
+    assert proc.returncode == 0, log[-3000:]
+    assert log.count("the run can no longer be bit-exact") == 1, log[-3000:]
+    assert torch.load(ckpt.parent / "last.ckpt", weights_only=True)["global_step"] == MAX_STEPS
+    assert _batches(out, 0) and not _batches(out, 1)
 
 
 @pytest.mark.slow
