@@ -255,6 +255,7 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
         cfg.name,
         output_dir,
         take_newest_loadable=bool(cfg.resume.take_newest_loadable),
+        training=bool(cfg.train),
     )
     run_config = _to_plain_dict(cfg)
     if cfg.train and resume is not None:

@@ -91,8 +91,13 @@ class ResumePoint:
     run_dir: Path | None
 
 
-def read_checkpoint(path: Path) -> dict[str, Any]:
+def read_checkpoint(path: Path, training: bool = True) -> dict[str, Any]:
     """The checkpoint at ``path``, memory-mapped (its tensors are read only when used).
+
+    Args:
+        path: the file.
+        training: require a training state (loops, update count) besides the weights; an
+            averaged checkpoint has none, and is only tested.
 
     Raises:
         CheckpointError: ``path`` is truncated, empty, not a checkpoint, or lacks a training state.
@@ -106,8 +111,10 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
             f"{path} cannot be loaded ({size} bytes; {type(err).__name__}: {said}): it is truncated, "
             "empty or not a checkpoint"
         ) from err
-    if not isinstance(checkpoint, dict) or not {"state_dict", "global_step", "loops"} <= set(checkpoint):
-        raise CheckpointError(f"{path} is not a training checkpoint (no state_dict, global_step or loops)")
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        raise CheckpointError(f"{path} is not a checkpoint of this project (no state_dict)")
+    if training and not {"global_step", "loops"} <= set(checkpoint):
+        raise CheckpointError(f"{path} holds no training state to resume from (no global_step or loops)")
     return checkpoint
 
 
@@ -118,7 +125,7 @@ def _point(path: Path, checkpoint: dict[str, Any]) -> ResumePoint:
         run_dir = path.parent
     else:
         run_dir = None
-    return ResumePoint(path, int(checkpoint["global_step"]), checkpoint.get("run_config"), run_dir)
+    return ResumePoint(path, int(checkpoint.get("global_step", 0)), checkpoint.get("run_config"), run_dir)
 
 
 def _newest_loadable(ckpt_dir: Path, damaged: Path) -> tuple[Path, dict] | None:
@@ -169,6 +176,7 @@ def resume_point(
     name: str,
     output_dir: Path,
     take_newest_loadable: bool = False,
+    training: bool = True,
 ) -> ResumePoint | None:
     """The checkpoint a run resumes from, read and checked; None to start afresh.
 
@@ -180,6 +188,7 @@ def resume_point(
         output_dir: this run's directory (its own ``last.ckpt`` is not a candidate).
         take_newest_loadable: where ``last.ckpt`` cannot be loaded, resume from the newest loadable
             checkpoint beside it instead of stopping (``resume.take_newest_loadable``).
+        training: False where the checkpoint is only tested (``train=false``): weights suffice.
 
     Raises:
         FileNotFoundError: no such file, or nothing for ``last`` to resume from.
@@ -193,7 +202,7 @@ def resume_point(
         path = Path(ckpt_path)
         if not path.is_file():
             raise FileNotFoundError(f"ckpt_path={ckpt_path}: no such checkpoint file")
-        return _point(path, read_checkpoint(path))
+        return _point(path, read_checkpoint(path, training))
     candidates = [
         p
         for p in (Path(runs_dir) / name).glob("*/checkpoints/last.ckpt")

@@ -193,3 +193,11 @@ def test_a_requeued_slurm_job_resumes_from_its_run_directorys_newest_checkpoint(
     (run / "checkpoints" / "last.ckpt").write_bytes(b"")  # damaged: the next newest, with a warning
     assert resume_point(None, tmp_path / "runs", "wmt", run).path == run / "hpc_ckpt_1.ckpt"
     assert resume_point(None, tmp_path / "runs", "wmt", tmp_path / "fresh") is None
+
+
+def test_an_averaged_checkpoint_is_tested_but_not_resumed_from(tmp_path):
+    averaged = tmp_path / "averaged.ckpt"
+    torch.save({"state_dict": {}, "averaged_from": ["a", "b"]}, averaged)  # no training state
+    assert resume_point(str(averaged), tmp_path, "x", tmp_path / "out", training=False).path == averaged
+    with pytest.raises(CheckpointError, match=f"{averaged} holds no training state to resume from"):
+        resume_point(str(averaged), tmp_path, "x", tmp_path / "out")
