@@ -225,6 +225,21 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
         f"# trainer.precision: {precision.requested} -> {precision.precision}: {precision.reason}\n"
         + OmegaConf.to_yaml(cfg, resolve=True)
     )
+    # The checkpoint is read and the config compared with its own before the data is prepared (which
+    # can take long): a damaged checkpoint or a changed setting stops the run at once (resume.py).
+    resume = resume_point(
+        cfg.ckpt_path if cfg.train or cfg.ckpt_path else None,
+        cfg.paths.runs_dir,
+        cfg.name,
+        output_dir,
+        take_newest_loadable=bool(cfg.resume.take_newest_loadable),
+        training=bool(cfg.train),
+    )
+    run_config = _to_plain_dict(cfg)
+    if cfg.train and resume is not None:
+        allowed = [str(k) for k in cfg.resume.allow_changes]
+        for change in check_config(resume.config, run_config, allowed):
+            logger.warning("resume: %s", change)
     L.seed_everything(cfg.seed, workers=True)
     torch.set_float32_matmul_precision(cfg.get("float32_matmul_precision", "highest"))
 
@@ -249,19 +264,6 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
     module.output_dir = str(output_dir)
     logger.info("model: %s parameters", f"{module.model.num_parameters():,}")
 
-    resume = resume_point(
-        cfg.ckpt_path if cfg.train or cfg.ckpt_path else None,
-        cfg.paths.runs_dir,
-        cfg.name,
-        output_dir,
-        take_newest_loadable=bool(cfg.resume.take_newest_loadable),
-        training=bool(cfg.train),
-    )
-    run_config = _to_plain_dict(cfg)
-    if cfg.train and resume is not None:
-        allowed = [str(k) for k in cfg.resume.allow_changes]
-        for change in check_config(resume.config, run_config, allowed):
-            logger.warning("resume: %s", change)
     ckpt_path = None if resume is None else str(resume.path)
     ckpt_dir = output_dir / "checkpoints"
     if cfg.train and ckpt_path and Path(ckpt_path).parent.name == "checkpoints":
