@@ -2,7 +2,8 @@
 
 :func:`atomic_write` hands out a temporary file beside the target; only when the writer has
 finished without an exception is it flushed to disk and renamed onto the target in one step
-(``os.replace``, atomic on POSIX and Windows within a filesystem). So a reader, another rank
+(``os.replace``, atomic on POSIX and Windows within a filesystem), and the directory is
+synced after the rename (:func:`fsync_directory`). So a reader, another rank
 writing the same cache entry, or a run resumed after a crash sees either the old file or the whole
 new one, never half a file; a failed write removes its temporary file and leaves an existing
 target as it was.
@@ -52,3 +53,20 @@ def atomic_write(path: str | os.PathLike) -> Iterator[BinaryIO]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    fsync_directory(path.parent)
+
+
+def fsync_directory(directory: str | os.PathLike) -> None:
+    """Flushes ``directory``'s entries to disk, so that a rename into it survives a power loss.
+
+    ``os.replace`` changes the directory, not the file: until the directory itself is synced, a
+    crash can leave the old name (or none) on disk. A no-op where directories cannot be opened
+    (Windows).
+    """
+    if os.name == "nt":
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -5,10 +5,16 @@ validation after every epoch; ``best-epoch*`` (by validation BLEU), ``last.ckpt`
 ``average_last`` > 1, the last ``average_last`` ``epoch*.ckpt``.
 
 Update-based (fairseq's ``--validate-interval-updates`` / ``--save-interval-updates``): every
-``every_n_updates`` optimizer updates, across epoch boundaries, ``update*.ckpt`` and
-``last.ckpt`` are written (Lightning's ``every_n_train_steps``), the last ``keep_last`` of the
-``update*`` kept; then the run validates and ``best-step*`` keeps the best by validation BLEU.
-``average_last`` averages the newest of the kept update checkpoints.
+``every_n_updates`` optimizer updates, across epoch boundaries, the run validates, then writes
+``update*.ckpt`` and ``last.ckpt`` (the last ``keep_last`` of the ``update*`` kept) and
+``best-step*``, the best by validation BLEU. ``average_last`` averages the newest of the kept
+update checkpoints.
+
+The update checkpoints are written after their validation, as fairseq does, so that they hold
+what it changed (early stopping's counter, the best score and the best checkpoint's path): a run
+resumed from one neither repeats that validation (Lightning skips it, seeing the checkpoint was
+saved after it) nor loses it. Where the run never validates (``trainer.limit_val_batches=0``)
+they are written at the end of the update instead.
 """
 
 from __future__ import annotations
@@ -43,9 +49,9 @@ class CheckpointPlan:
         return [self.best] + ([self.recent] if self.recent is not None else [])
 
     def to_average(self) -> list[str]:
-        """The newest ``average_last`` kept epoch or update checkpoints, oldest first."""
-        if self.recent is None:
-            return []
+        """The newest ``average_last`` kept epoch or update checkpoints, oldest first; none for 0 or 1."""
+        if self.recent is None or self.average_last <= 1:
+            return []  # kept[-0:] would be every kept checkpoint
         kept = sorted(self.recent.best_k_models, key=lambda p: float(self.recent.best_k_models[p]))
         return kept[-self.average_last :]
 
@@ -56,6 +62,7 @@ def plan_checkpoints(
     keep_last: int,
     average_last: int,
     accumulate_grad_batches: int = 1,
+    validates: bool = True,
 ) -> CheckpointPlan:
     """The checkpoints and validation schedule of a run.
 
@@ -65,6 +72,8 @@ def plan_checkpoints(
         keep_last: update checkpoints kept (update-based only; at least ``average_last``).
         average_last: checkpoints averaged after training (0 or 1: none).
         accumulate_grad_batches: batches per update (validation is scheduled in batches).
+        validates: whether the run validates at all; if not, update checkpoints are written at
+            the end of their update rather than after a validation.
 
     Raises:
         ValueError: a setting out of range, named.
@@ -106,7 +115,9 @@ def plan_checkpoints(
         monitor="step",
         mode="max",
         save_top_k=keep_last,
-        every_n_train_steps=every_n_updates,
+        # After each validation (every N updates), or every N updates where nothing validates.
+        every_n_train_steps=None if validates else every_n_updates,
+        save_on_train_epoch_end=False,
         save_last=True,
         auto_insert_metric_name=False,
     )
@@ -116,6 +127,7 @@ def plan_checkpoints(
         monitor="val/bleu",
         mode="max",
         save_top_k=1,
+        save_on_train_epoch_end=False,
         auto_insert_metric_name=False,
     )
     # Validation is scheduled in batches, counted across epochs when check_val_every_n_epoch is None.

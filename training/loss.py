@@ -1,16 +1,17 @@
 """The output projection and label-smoothed cross-entropy as one step, a block of rows at a time.
 
-Written as two calls, ``F.cross_entropy(F.linear(h, W).float(), y)``, the training loss makes
-and keeps four tensors of [tokens, vocabulary] (the logits, their fp32 copy, the log-softmax and,
-in the backward pass, its gradient): with 8,000 words and ~3,000 target tokens a batch, 100 MB
-each in fp32, each written and read whole from memory, the largest activations of the model
-(BENCHMARKS.md, "Training speed and memory"). Here the logits of ``block_rows`` rows at a time
-are made, turned into their losses and into their gradient, and dropped: what is kept for the backward pass is one [tokens, vocabulary] tensor, the gradient
-with respect to the logits, in the matmul's precision (bf16 under autocast), and what the
-backward pass does with it is two matrix products. The gradient can be made in the forward pass
-because the loss is the last step: the gradient of each row's loss with respect to its logits is
-``softmax(z) - t`` (``t`` the label-smoothed target distribution), and the gradient that flows
-back in is one number per row, applied to the products' small [tokens, d_model] operands.
+Written as two calls, ``F.cross_entropy(F.linear(h, W).float(), y)``, the training loss makes and
+keeps four tensors of [tokens, vocabulary] (the logits, their fp32 copy, the log-softmax and, in
+the backward pass, its gradient): with 8,000 words and ~3,000 target tokens a batch, 100 MB each
+in fp32, each written and read whole from memory, the largest activations of the model
+(BENCHMARKS.md, "Training speed and memory"). Here the logits of ``block_rows`` rows at a time are
+made, turned into their losses and into their gradient, and dropped: what is kept for the backward
+pass is one [tokens, vocabulary] tensor, the gradient with respect to the logits, in the matmul's
+precision (bf16 under autocast), and what the backward pass does with it is two matrix products.
+The gradient can be made in the forward pass because the loss is the last step: the gradient of
+each row's loss with respect to its logits is ``softmax(z) - t`` (``t`` the label-smoothed target
+distribution), and the gradient that flows back in is one number per row, applied to the products'
+small [tokens, d_model] operands.
 
 Label smoothing as ``F.cross_entropy``'s: with epsilon ``e`` over ``V`` classes, the target
 distribution is ``(1 - e)`` on the reference word plus ``e / V`` on every word, so each row's

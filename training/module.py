@@ -265,6 +265,24 @@ class TranslationModule(L.LightningModule):
         trainer = self._trainer  # the property raises without a trainer
         return None if trainer is None else getattr(trainer.precision_plugin, "scaler", None)
 
+    def on_train_start(self) -> None:
+        # A resumed run gets Adam's settings and the schedule's peak back from the checkpoint; the
+        # hyperparameters (the config, where resume.allow_changes let it differ) then win. Unchanged,
+        # this sets the values the restore did, by LambdaLR's own expression.
+        opt = self.hparams.optimizer
+        optimizer = self.optimizers(use_pl_optimizer=False)
+        scheduler = self.lr_schedulers()
+        if scheduler is None:
+            return
+        scheduler.base_lrs = [float(opt["lr"])] * len(optimizer.param_groups)
+        for group, lr_lambda, base_lr in zip(
+            optimizer.param_groups, scheduler.lr_lambdas, scheduler.base_lrs, strict=True
+        ):
+            group.update(betas=tuple(opt["betas"]), eps=opt["eps"], weight_decay=opt["weight_decay"])
+            group["initial_lr"] = base_lr
+            group["lr"] = base_lr * lr_lambda(scheduler.last_epoch)
+        scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
+
     def configure_optimizers(self) -> dict:
         opt = self.hparams.optimizer
         fused = opt.get("fused")
@@ -395,14 +413,59 @@ class TranslationModule(L.LightningModule):
     # -------------------------------------------------------------- checkpoints
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # The global RNG drives dropout; saving it makes a resumed run continue exactly.
-        checkpoint["rng"] = {"torch": torch.get_rng_state()}
-        if torch.cuda.is_available():
-            checkpoint["rng"]["cuda"] = torch.cuda.get_rng_state_all()
+        # Every rank's RNG states (dropout draws differently on each), gathered in rank order: a
+        # resumed run continues exactly on every rank. Every rank builds the checkpoint; rank 0 writes it.
+        checkpoint["rng"] = {"per_rank": gather_objects([rng_states(self.device)])}
+        checkpoint["nonfinite"] = self.nonfinite.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         rng = checkpoint.get("rng")
         if rng is not None:
-            torch.set_rng_state(rng["torch"])
-            if "cuda" in rng and torch.cuda.is_available():
-                torch.cuda.set_rng_state_all(rng["cuda"])
+            trainer = self._trainer
+            if trainer is None:
+                set_rng_states(rng, 0, 1, self.device)
+            else:  # the module may not be on its device yet: the strategy's device is where it trains
+                set_rng_states(rng, trainer.global_rank, trainer.world_size, trainer.strategy.root_device)
+        if "nonfinite" in checkpoint:
+            self.nonfinite.load_state_dict(checkpoint["nonfinite"])
+
+
+def rng_states(device: torch.device) -> dict[str, Tensor]:
+    """This process's RNG states: the CPU's, and the CUDA (or MPS) device's it trains on."""
+    states = {"torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        states["cuda"] = torch.cuda.get_rng_state(device)
+    if device.type == "mps":
+        states["mps"] = torch.mps.get_rng_state()
+    return states
+
+
+def set_rng_states(rng: dict[str, Any], rank: int, world_size: int, device: torch.device) -> None:
+    """Restores rank ``rank``'s states from a checkpoint's ``rng`` (:func:`rng_states` of every rank).
+
+    On another number of processes than were saved, rank ``r`` takes the states of saved rank
+    ``r % saved`` and rank 0 warns once that the run can no longer be bit-exact (the batches
+    each rank sees change too). Checkpoints written before per-rank states held rank 0's alone
+    (``torch``, and ``cuda`` for every visible GPU); they are read as one saved rank.
+    """
+    if "per_rank" in rng:
+        saved = rng["per_rank"]
+    else:
+        cuda = rng.get("cuda")
+        old = {"torch": rng["torch"]}
+        if cuda is not None and device.type == "cuda" and (device.index or 0) < len(cuda):
+            old["cuda"] = cuda[device.index or 0]
+        saved = [old]
+    if len(saved) != world_size and rank == 0:
+        logger.warning(
+            "resuming on %d process(es) from a checkpoint of %d: the batches each rank trains on and its"
+            " dropout draws change, so the run can no longer be bit-exact with one never stopped",
+            world_size,
+            len(saved),
+        )
+    states = saved[rank % len(saved)]
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and device.type == "cuda":
+        torch.cuda.set_rng_state(states["cuda"], device)
+    if "mps" in states and device.type == "mps":
+        torch.mps.set_rng_state(states["mps"])

@@ -72,6 +72,14 @@ class NonFiniteGuard:
         self.in_a_row = 0
         self.skipped = 0
 
+    def state_dict(self) -> dict[str, int]:
+        """The streak and the total skipped, saved in checkpoints so that a resumed run counts on."""
+        return {"in_a_row": self.in_a_row, "skipped": self.skipped}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.in_a_row = int(state["in_a_row"])
+        self.skipped = int(state["skipped"])
+
     def should_step(
         self,
         trainer: L.Trainer,

@@ -14,7 +14,7 @@ import lightning as L
 import torch
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback, EarlyStopping, LearningRateMonitor
-from lightning.pytorch.loggers import CSVLogger, Logger
+from lightning.pytorch.loggers import Logger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -34,6 +34,14 @@ from training.precision import PrecisionChoice, choose_precision
 from training.preemption import Preempted, PreemptionCheckpoint
 from training.progress import ProgressBar, RunProgress
 from training.ranks import RankWatch, ddp_strategy
+from training.resume import (
+    ContinuedCSVLogger,
+    ResumePoint,
+    RunConfig,
+    check_config,
+    metrics_before,
+    resume_point,
+)
 from transformer.mechanisms import AttentionConfig
 
 logger = logging.getLogger(__name__)
@@ -49,26 +57,6 @@ def register_resolvers() -> None:
 
 
 register_resolvers()
-
-
-def resolve_ckpt_path(ckpt_path: str | None, runs_dir: str | Path, name: str, output_dir: Path) -> str | None:
-    """``None``, a path, or ``"last"``: the newest ``<runs_dir>/<name>/*/checkpoints/last.ckpt``."""
-    if ckpt_path in (None, ""):
-        return None
-    if ckpt_path != "last":
-        if not Path(ckpt_path).is_file():
-            raise FileNotFoundError(f"ckpt_path={ckpt_path}: no such checkpoint file")
-        return str(ckpt_path)
-    candidates = [
-        p
-        for p in (Path(runs_dir) / name).glob("*/checkpoints/last.ckpt")
-        if p.resolve().parent.parent != output_dir.resolve()
-    ]
-    if not candidates:
-        raise FileNotFoundError(
-            f"ckpt_path=last: no {Path(runs_dir) / name}/*/checkpoints/last.ckpt to resume from"
-        )
-    return str(max(candidates, key=lambda p: p.stat().st_mtime))
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -131,13 +119,20 @@ def resolve_precision(cfg: DictConfig) -> PrecisionChoice:
 LOGGER_PACKAGES = {"WandbLogger": ("wandb", "wandb"), "MLFlowLogger": ("mlflow", "mlflow")}
 
 
-def make_loggers(cfg: DictConfig, output_dir: Path) -> list[Logger]:
+def make_loggers(cfg: DictConfig, output_dir: Path, resume: ResumePoint | None = None) -> list[Logger]:
     """logs/metrics.csv always, and the ``logger`` group's logger (TensorBoard by default; none for csv).
+
+    Resuming, ``metrics.csv`` starts with the resumed run's rows from before the checkpoint, and
+    TensorBoard writes on into the resumed run's ``tensorboard/`` (what the old run logged after the
+    checkpoint is purged from view), so that each shows one run, not two pieces.
 
     Raises:
         ModuleNotFoundError: ``logger=wandb`` or ``logger=mlflow`` without its optional extra.
     """
-    loggers: list[Logger] = [CSVLogger(save_dir=str(output_dir), name="logs", version="")]
+    previous = metrics_before(resume.run_dir, resume.global_step) if resume is not None else []
+    loggers: list[Logger] = [
+        ContinuedCSVLogger(save_dir=str(output_dir), name="logs", version="", previous=previous)
+    ]
     chosen = cfg.get("logger")
     if not chosen:  # logger=csv (an empty group option) or ~logger
         return loggers
@@ -149,6 +144,8 @@ def make_loggers(cfg: DictConfig, output_dir: Path) -> list[Logger]:
                 f"logger={extra} needs the {package} package, an optional extra: "
                 f'python3 -m pip install -e ".[{extra}]" (or choose logger=tensorboard or logger=csv)'
             )
+    if cls == "TensorBoardLogger" and resume is not None and resume.run_dir is not None:
+        return [*loggers, instantiate(chosen, save_dir=str(resume.run_dir), purge_step=resume.global_step)]
     return [*loggers, instantiate(chosen)]
 
 
@@ -191,7 +188,8 @@ class RunRecord:
         results = {**results, **self.fields, **ending.as_results(), "peak_resident_mib": peak_resident_mib()}
         if rank_zero_only.rank == 0:
             text = json.dumps(results, indent=2, sort_keys=True) + "\n"
-            (self.output_dir / "results.json").write_text(text)
+            with atomic_write(self.output_dir / "results.json") as f:  # a reader never sees half of it
+                f.write(text.encode())
         return results
 
 
@@ -230,6 +228,21 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
         f"# trainer.precision: {precision.requested} -> {precision.precision}: {precision.reason}\n"
         + OmegaConf.to_yaml(cfg, resolve=True)
     )
+    # The checkpoint is read and the config compared with its own before the data is prepared (which
+    # can take long): a damaged checkpoint or a changed setting stops the run at once (resume.py).
+    resume = resume_point(
+        cfg.ckpt_path if cfg.train or cfg.ckpt_path else None,
+        cfg.paths.runs_dir,
+        cfg.name,
+        output_dir,
+        take_newest_loadable=bool(cfg.resume.take_newest_loadable),
+        training=bool(cfg.train),
+    )
+    run_config = _to_plain_dict(cfg)
+    if cfg.train and resume is not None:
+        allowed = [str(k) for k in cfg.resume.allow_changes]
+        for change in check_config(resume.config, run_config, allowed):
+            logger.warning("resume: %s", change)
     L.seed_everything(cfg.seed, workers=True)
     torch.set_float32_matmul_precision(cfg.get("float32_matmul_precision", "highest"))
 
@@ -254,7 +267,7 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
     module.output_dir = str(output_dir)
     logger.info("model: %s parameters", f"{module.model.num_parameters():,}")
 
-    ckpt_path = resolve_ckpt_path(cfg.ckpt_path, cfg.paths.runs_dir, cfg.name, output_dir)
+    ckpt_path = None if resume is None else str(resume.path)
     ckpt_dir = output_dir / "checkpoints"
     if cfg.train and ckpt_path and Path(ckpt_path).parent.name == "checkpoints":
         # Resuming: keep the checkpoints together, so that "best" and "last N" are judged over
@@ -267,11 +280,13 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
         keep_last=int(cfg.checkpoint.keep_last),
         average_last=int(cfg.average_last),
         accumulate_grad_batches=int(cfg.trainer.get("accumulate_grad_batches", 1)),
+        validates=cfg.trainer.get("limit_val_batches", 1.0) not in (0, 0.0),
     )
     callbacks: list[Callback] = [
         *plan.callbacks,
         LearningRateMonitor(logging_interval="step"),
         InferenceFields(_inference_fields(datamodule, cfg.data.src_lang, cfg.data.tgt_lang)),
+        RunConfig(run_config),
     ]
     progress = RunProgress(pad_id=module.pad_id)
     callbacks.append(progress)
@@ -280,7 +295,7 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
     preemption = PreemptionCheckpoint(ckpt_dir)
     if cfg.train:
         callbacks.append(preemption)
-    loggers = make_loggers(cfg, output_dir)
+    loggers = make_loggers(cfg, output_dir, resume if cfg.train else None)
     if len(loggers) > 1:
         callbacks.append(AttentionImage(index=0))
     stopping = cfg.early_stopping

@@ -76,3 +76,15 @@ def test_a_missing_directory_is_an_error_and_writes_nothing(tmp_path: Path) -> N
     with pytest.raises(FileNotFoundError), atomic_write(tmp_path / "absent" / "out.bin") as f:
         f.write(b"never")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_directory_is_synced_after_the_rename(tmp_path: Path, monkeypatch) -> None:
+    import data.atomic as atomic
+
+    synced = []
+    monkeypatch.setattr(atomic, "fsync_directory", lambda d: synced.append((Path(d), target.exists())))
+    target = tmp_path / "out.bin"
+    with atomic.atomic_write(target) as f:
+        f.write(b"x")
+    assert synced == [(tmp_path, True)]  # the directory, once the new name is in it
+    atomic.fsync_directory(tmp_path)  # the real one works on this platform

@@ -11,7 +11,8 @@ RECIPE = {"budget_s": 42 * 60, "updates_per_epoch": 110, "warmup_steps": 600, "a
 
 
 def test_the_recipe_fits_where_it_was_tuned_and_not_on_a_machine_a_third_as_fast():
-    tuned = forecast(seconds_per_update=1.3, **RECIPE)  # ~1,900 updates: the ~1,800 of BENCHMARKS.md, "Quality", after validation
+    # ~1,900 updates: the ~1,800 of BENCHMARKS.md, "Quality", after validation
+    tuned = forecast(seconds_per_update=1.3, **RECIPE)
     assert not tuned.too_short and tuned.updates == 1938 and tuned.epochs == pytest.approx(17.6, abs=0.1)
     slow = forecast(seconds_per_update=3 * 1.3, **RECIPE)
     assert slow.too_short and slow.updates == 646

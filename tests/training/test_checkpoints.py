@@ -65,7 +65,20 @@ def test_the_wmt14_experiment_saves_by_updates_and_averages_them():
     assert cfg.test_ckpt == "averaged" and cfg.checkpoint.keep_last >= cfg.average_last > 1
     plan = plan_checkpoints(Path("/tmp/x"), every, cfg.checkpoint.keep_last, cfg.average_last, 8)
     assert plan.trainer_args == {"val_check_interval": every * 8, "check_val_every_n_epoch": None}
-    assert plan.recent._every_n_train_steps == every
+    # Saved after each validation, so that the checkpoint holds what the validation changed ...
+    assert plan.recent._every_n_train_steps == 0 and plan.recent._save_on_train_epoch_end is False
+    # ... or every N updates where the run never validates.
+    blind = plan_checkpoints(Path("/tmp/x"), every, cfg.checkpoint.keep_last, cfg.average_last, 8, False)
+    assert blind.recent._every_n_train_steps == every
+
+
+@pytest.mark.parametrize("every", [None, 4])
+@pytest.mark.parametrize("average_last", [0, 1])
+def test_average_last_0_or_1_averages_nothing(every, average_last):
+    plan = plan_checkpoints(Path("/tmp/x"), every, keep_last=5, average_last=average_last)
+    if plan.recent is not None:
+        plan.recent.best_k_models = {f"/tmp/x/update{i}.ckpt": float(i) for i in (4, 8, 12)}
+    assert plan.to_average() == []
 
 
 @pytest.mark.parametrize(

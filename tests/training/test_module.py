@@ -146,3 +146,42 @@ def test_inverse_sqrt_schedule_rises_linearly_then_decays_as_inverse_sqrt():
     assert inverse_sqrt_factor(400, 100) == pytest.approx(0.5)
     peak = max(range(1, 1000), key=lambda s: inverse_sqrt_factor(s, 100))
     assert peak == 100
+
+
+def test_a_checkpoint_restores_the_nonfinite_streak_and_the_rng():
+    saved = TranslationModule(_tiny(12), max_nonfinite_in_a_row=5)
+    saved.nonfinite.in_a_row, saved.nonfinite.skipped = 3, 7
+    checkpoint: dict = {}
+    torch.manual_seed(11)
+    saved.on_save_checkpoint(checkpoint)
+    expected = torch.rand(4)
+    assert len(checkpoint["rng"]["per_rank"]) == 1  # one process: its own states alone
+    loaded = TranslationModule(_tiny(12), max_nonfinite_in_a_row=5)
+    torch.manual_seed(99)
+    loaded.on_load_checkpoint(checkpoint)
+    assert (loaded.nonfinite.in_a_row, loaded.nonfinite.skipped) == (3, 7)  # the streak counts on
+    assert torch.equal(torch.rand(4), expected)
+
+
+def test_a_checkpoint_of_two_ranks_gives_each_rank_its_own_rng_and_warns_on_another_count(caplog):
+    from training.module import set_rng_states
+
+    states = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        states.append({"torch": torch.get_rng_state()})
+    expected = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        expected.append(torch.rand(3))
+    cpu = torch.device("cpu")
+    with caplog.at_level("WARNING"):
+        for rank in (0, 1):
+            set_rng_states({"per_rank": states}, rank, 2, cpu)
+            assert torch.equal(torch.rand(3), expected[rank])
+        assert "no longer be bit-exact" not in caplog.text
+        set_rng_states({"per_rank": states}, 0, 1, cpu)  # resumed on one process from two
+        assert "resuming on 1 process(es) from a checkpoint of 2" in caplog.text
+        assert "no longer be bit-exact" in caplog.text
+        set_rng_states({"torch": states[1]["torch"]}, 0, 1, cpu)  # a checkpoint from before per-rank states
+        assert torch.equal(torch.rand(3), expected[1])

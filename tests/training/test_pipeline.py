@@ -244,7 +244,7 @@ def test_resumed_run_equals_a_straight_run(toy, tmp_path):
         torch.testing.assert_close(resumed[name], straight[name], rtol=0, atol=0, msg=name)
 
 
-def test_every_checkpoint_of_a_run_goes_through_the_atomic_writer(toy, tmp_path, monkeypatch):
+def test_every_checkpoint_and_results_json_go_through_the_atomic_writer(toy, tmp_path, monkeypatch):
     written: list[Path] = []
 
     def recording(module):
@@ -264,6 +264,7 @@ def test_every_checkpoint_of_a_run_goes_through_the_atomic_writer(toy, tmp_path,
     checkpoints = sorted((out / "checkpoints").iterdir())
     assert {p.name for p in checkpoints} >= {"last.ckpt", "averaged.ckpt", "epoch000.ckpt", "epoch001.ckpt"}
     assert set(written) >= set(checkpoints)  # every file there came through the atomic writer
+    assert out / "results.json" in written  # a reader never sees half of it either
 
 
 @pytest.mark.slow

@@ -1,0 +1,203 @@
+"""Resuming keeps the run's history and refuses what would change it silently.
+
+- the validation of a checkpointed update is never lost: early stopping's counter, the best score
+  and the best checkpoint after a resume equal those of the run never stopped;
+- ``logs/metrics.csv`` holds every row written before the resume; TensorBoard goes on in one directory;
+- a changed config is refused naming each key and both values, unless allowed (then it takes effect);
+- a damaged checkpoint is an error naming it; ``ckpt_path=last`` offers, or takes, a loadable one.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.toy_text import write_toy_corpus
+from tests.training.test_pipeline import compose_config, toy_overrides
+from training import module as module_mod
+from training.pipeline import train
+from training.resume import CheckpointError, check_config, resume_point
+from training.schedule import inverse_sqrt_factor
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    base = tmp_path_factory.mktemp("toy")
+    return write_toy_corpus(base / "corpus"), base / "cache", base / "runs"
+
+
+def _run(toy, out: Path, extra: list[str]) -> dict:
+    overrides = [*toy_overrides(*toy), "test=false", "trainer.max_epochs=-1", "trainer.limit_train_batches=5"]
+    overrides += ["trainer.limit_val_batches=1", "trainer.num_sanity_val_steps=0", *extra]
+    return train(compose_config(overrides, out))
+
+
+def _callback_state(ckpt: Path, prefix: str) -> dict:
+    states = torch.load(ckpt, weights_only=True)["callbacks"]
+    [key] = [k for k in states if k.startswith(prefix) and "val/bleu" in k]
+    return states[key]
+
+
+def _early_stopping(run: Path) -> dict:
+    state = _callback_state(run / "checkpoints" / "last.ckpt", "EarlyStopping")
+    return {k: float(v) if torch.is_tensor(v) else v for k, v in state.items()}
+
+
+def test_early_stopping_after_a_resume_stops_where_the_straight_run_stops(toy, tmp_path):
+    """lr 0: BLEU never improves; patience 2 stops at the third validation, update 12, also when
+    the run is stopped at update 8 and resumed (the validation at 8 is not lost)."""
+    common = ["optimizer.lr=0.0", "early_stopping.patience=2", "checkpoint.every_n_updates=4"]
+    straight = _run(toy, tmp_path / "straight", [*common, "trainer.max_steps=40"])
+    _run(toy, tmp_path / "stopped", [*common, "trainer.max_steps=8"])
+    ckpt = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
+    assert _early_stopping(tmp_path / "stopped")["wait_count"] == 1  # the validation at 8 counted
+    resumed = _run(toy, tmp_path / "resumed", [*common, "trainer.max_steps=40", f"ckpt_path={ckpt}"])
+    assert straight["ending"] == resumed["ending"] == "stopped early"
+    assert straight["ending_update"] == resumed["ending_update"] == 12
+    assert _early_stopping(tmp_path / "straight") == _early_stopping(tmp_path / "stopped")  # written on there
+
+
+def _scripted_bleu(monkeypatch, by_update: dict[int, float]) -> None:
+    """Validation BLEU by update, so that the best changes at a known update."""
+    real = module_mod.TranslationModule._score
+
+    def score(self, split):
+        scores, nll, hypotheses = real(self, split)
+        if split == "validation":
+            scores = dataclasses.replace(scores, bleu=by_update[self.trainer.global_step])
+        return scores, nll, hypotheses
+
+    monkeypatch.setattr(module_mod.TranslationModule, "_score", score)
+
+
+def _rows(run: Path) -> list[tuple]:
+    with open(run / "logs" / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    keys = ("step", "epoch", "train/loss", "val/bleu", "val/loss")
+    return [tuple(row.get(k, "") for k in keys) for row in rows if any(row.get(k) for k in keys[2:])]
+
+
+def test_the_best_checkpoint_metrics_and_tensorboard_continue_across_a_resume(toy, tmp_path, monkeypatch):
+    """Validations at 3, 6 and 9, the best at 6; stopped at 6 and resumed: the same best (its file
+    there), the same metrics.csv rows, and TensorBoard's event files in the resumed run's directory."""
+    _scripted_bleu(monkeypatch, {3: 1.0, 6: 2.0, 9: 1.5})
+    common = ["checkpoint.every_n_updates=3", "trainer.log_every_n_steps=1"]
+    _run(toy, tmp_path / "straight", [*common, "trainer.max_steps=9"])
+    _run(toy, tmp_path / "stopped", [*common, "trainer.max_steps=6"])
+    ckpt = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
+    _run(toy, tmp_path / "resumed", [*common, "trainer.max_steps=9", f"ckpt_path={ckpt}"])
+
+    a = _callback_state(tmp_path / "straight" / "checkpoints" / "last.ckpt", "ModelCheckpoint")
+    b = _callback_state(ckpt, "ModelCheckpoint")  # the resumed run writes on into the run it resumes
+    assert (
+        Path(a["best_model_path"]).name
+        == Path(b["best_model_path"]).name
+        == "best-step00000006-bleu2.00.ckpt"
+    )
+    assert float(a["best_model_score"]) == float(b["best_model_score"]) == 2.0
+    assert Path(b["best_model_path"]).is_file()
+    straight_rows = _rows(tmp_path / "straight")
+    assert sum(1 for r in straight_rows if r[3]) == 3  # three validations
+    assert _rows(tmp_path / "resumed") == straight_rows  # every row before the resume, none twice
+    assert not (tmp_path / "resumed" / "tensorboard").exists()
+    assert len(list((tmp_path / "stopped" / "tensorboard").glob("events.out.tfevents.*"))) == 2
+
+
+# ------------------------------------------------------------------ changed config
+
+
+def test_a_changed_setting_is_refused_naming_it_and_both_values():
+    saved = {"optimizer": {"lr": 5e-4, "warmup_steps": 4000}, "trainer": {"max_steps": 10}, "seed": 1}
+    current = {"optimizer": {"lr": 1e-3, "warmup_steps": 4000}, "trainer": {"max_steps": 20}, "seed": 2}
+    with pytest.raises(CheckpointError) as err:
+        check_config(saved, current, [])
+    message = str(err.value)
+    assert "optimizer.lr: 0.0005 in the checkpoint, 0.001 now" in message
+    assert "seed: 1 in the checkpoint, 2 now" in message
+    assert "max_steps" not in message  # a limit cannot change the result
+    assert "resume.allow_changes=[optimizer.lr,seed]" in message
+    allowed = check_config(saved, current, ["optimizer", "seed"])  # a group allows its keys
+    assert allowed == [
+        "optimizer.lr: 0.0005 in the checkpoint, 0.001 now (allowed by resume.allow_changes)",
+        "seed: 1 in the checkpoint, 2 now (allowed by resume.allow_changes)",
+    ]
+    assert check_config(saved, {**saved, "trainer": {"max_steps": 99}}, []) == []
+
+
+def test_a_resumed_run_refuses_a_new_lr_unless_allowed_and_then_uses_it(toy, tmp_path):
+    common = ["checkpoint.every_n_updates=2", "optimizer.warmup_steps=4"]
+    _run(toy, tmp_path / "first", [*common, "trainer.max_steps=2"])
+    ckpt = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    resumed = [*common, "trainer.max_steps=4", f"ckpt_path={ckpt}", "optimizer.lr=1e-2"]
+    with pytest.raises(CheckpointError, match=r"optimizer.lr: 0.003 in the checkpoint, 0.01 now"):
+        _run(toy, tmp_path / "refused", resumed)
+    _run(toy, tmp_path / "allowed", [*resumed, "resume.allow_changes=[optimizer.lr]"])
+    saved = torch.load(ckpt, weights_only=True)
+    assert saved["global_step"] == 4
+    # The schedule goes on from update 4 with the new peak.
+    assert saved["optimizer_states"][0]["param_groups"][0]["lr"] == pytest.approx(
+        1e-2 * inverse_sqrt_factor(5, 4)
+    )
+
+
+# ---------------------------------------------------------------- damaged checkpoints
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "text"])
+def test_a_damaged_checkpoint_is_an_error_naming_it(tmp_path, damage):
+    good = tmp_path / "good.ckpt"
+    torch.save({"state_dict": {}, "global_step": 3, "loops": {}}, good)
+    bad = tmp_path / "bad.ckpt"
+    data = {"truncated": good.read_bytes()[: good.stat().st_size // 2], "empty": b"", "text": b"not a ckpt"}
+    bad.write_bytes(data[damage])
+    with pytest.raises(
+        CheckpointError, match=f"{bad} cannot be loaded .*truncated, empty or not a checkpoint"
+    ):
+        resume_point(str(bad), tmp_path, "x", tmp_path / "out")
+    assert resume_point(str(good), tmp_path, "x", tmp_path / "out").global_step == 3
+
+
+def test_last_offers_or_takes_the_newest_loadable_checkpoint_beside_a_damaged_one(tmp_path, caplog):
+    ckpts = tmp_path / "runs" / "x" / "run1" / "checkpoints"
+    ckpts.mkdir(parents=True)
+    for step in (4, 8):
+        torch.save({"state_dict": {}, "global_step": step, "loops": {}}, ckpts / f"update{step:08d}.ckpt")
+    (ckpts / "update00000012.ckpt").write_bytes(b"")  # damaged too: skipped
+    (ckpts / "last.ckpt").write_bytes(b"\x00" * 10)
+    with pytest.raises(CheckpointError) as err:
+        resume_point("last", tmp_path / "runs", "x", tmp_path / "out")
+    message = str(err.value)
+    assert f"{ckpts / 'last.ckpt'} cannot be loaded" in message
+    assert f"{ckpts / 'update00000008.ckpt'} (update 8)" in message
+    assert "resume.take_newest_loadable=true" in message
+    point = resume_point("last", tmp_path / "runs", "x", tmp_path / "out", take_newest_loadable=True)
+    assert point.path == ckpts / "update00000008.ckpt" and point.global_step == 8
+    assert point.run_dir == tmp_path / "runs" / "x" / "run1"
+    assert "resuming from" in caplog.text and "update00000008.ckpt" in caplog.text
+
+
+def test_a_requeued_slurm_job_resumes_from_its_run_directorys_newest_checkpoint(tmp_path, monkeypatch):
+    run = tmp_path / "runs" / "wmt" / "4242"
+    (run / "checkpoints").mkdir(parents=True)
+    torch.save({"state_dict": {}, "global_step": 10, "loops": {}}, run / "hpc_ckpt_1.ckpt")
+    torch.save({"state_dict": {}, "global_step": 12, "loops": {}}, run / "checkpoints" / "last.ckpt")
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert resume_point(None, tmp_path / "runs", "wmt", run) is None  # outside SLURM: a fresh start
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    point = resume_point(None, tmp_path / "runs", "wmt", run)
+    assert point.path == run / "checkpoints" / "last.ckpt" and point.run_dir == run
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"")  # damaged: the next newest, with a warning
+    assert resume_point(None, tmp_path / "runs", "wmt", run).path == run / "hpc_ckpt_1.ckpt"
+    assert resume_point(None, tmp_path / "runs", "wmt", tmp_path / "fresh") is None
+
+
+def test_an_averaged_checkpoint_is_tested_but_not_resumed_from(tmp_path):
+    averaged = tmp_path / "averaged.ckpt"
+    torch.save({"state_dict": {}, "averaged_from": ["a", "b"]}, averaged)  # no training state
+    assert resume_point(str(averaged), tmp_path, "x", tmp_path / "out", training=False).path == averaged
+    with pytest.raises(CheckpointError, match=f"{averaged} holds no training state to resume from"):
+        resume_point(str(averaged), tmp_path, "x", tmp_path / "out")
