@@ -14,7 +14,7 @@ part on its own (``FastAttention``, ``LocalAttention``, reformer's ``LSHAttentio
 and Nyström project inside their layer's ``forward``, so layer only). Roles: ``encoder``
 (non-causal) for every pair, ``decoder`` (causal) where both implementations have it
 (Performer, local, LSH). Each configuration runs in its own child process through
-``bench/attention_scaling.py``'s machinery (``run_config``: a time limit, an address-space cap,
+``bench/attention_runs.py`` (``run_config``: a time limit, an address-space cap,
 ``OOM`` and ``timeout`` reported, not dropped; ``measure``: the timing loop, peak memory as the
 child's VmHWM minus its VmRSS after building the module and inputs). The speed ratio comes
 from one more child where both ran (``--speed in-turn``, the default): ours and theirs timed in
@@ -23,43 +23,12 @@ spell of the shared machine falls on both instead of on whichever child ran in i
 children, ``--speed separate``, gave ratios that moved by ±10% between runs of the same code).
 The tables' times are then that child's medians too. Memory (``--memory exact``, the default):
 the two separate children run with glibc told to return every freed allocation over 64 KiB at
-once (``attention_scaling.EXACT_MEMORY_ENV``), so that their peak RSS is the peak of what was
+once (``attention_runs.EXACT_MEMORY_ENV``), so that their peak RSS is the peak of what was
 allocated and alive; with its default caching the same code's peak moved by ±15% between runs
 (``--memory rss``). Their own times are then slowed by page faults and not shown.
 
-Theirs are configured with our defaults (``AttentionConfig``), mapped to their nearest setting;
-the tests say where the outputs are equal and why not elsewhere:
-
-* performer: ours ``features`` 256 (FAVOR+, orthogonal rows with chi(d) lengths, redrawn every
-  ``redraw_interval`` 1000 training calls) = theirs ``FastAttention(nb_features=256,
-  ortho_scaling=0)``, in the layer ``SelfAttention(qkv_bias=True)`` (ours has biases). Not the
-  same: theirs adds 1e-4 to every random feature (ours 1e-6 to the normaliser) and stabilises
-  the keys by their largest exponent over all positions; its redraw is the ``Performer``
-  model's, not the layer's (none happens in a benchmark). Causal: their CPU path
-  (``causal_linear_attention_noncuda``) cuts the sequence into 128 pieces and keeps every
-  position's [m, d] prefix sum, O(n·m·d) memory; ours keeps one per chunk of 64 positions.
-* linformer: ours ``projected_length`` 64, E and F shared by the heads, ``max_length`` raised to
-  max(n, 1024) = theirs ``LinformerSelfAttention(k=64, seq_len=max(n, 1024))``. The same
-  (E = their ``proj_k``ᵀ); their Q, K, V projections have no bias.
-* nystrom: ours ``landmarks`` 64, 6 pseudo-inverse steps, no convolution = theirs
-  ``NystromAttention(num_landmarks=64, pinv_iterations=6, residual=False)``. The same at lengths
-  that are multiples of 64, except the pseudo-inverse's starting scale (each head's own norms
-  here, the largest over the batch and heads there); their Q, K, V projections have no bias.
-* local: ours ``window`` 32, |i − j| < 32 (causal 0 ≤ i − j < 32) on blocks of 32 = theirs
-  ``LocalAttention(window_size=31, exact_windowsize=True, autopad=True)`` looking one block back
-  (and one forward unless causal), without the rotary embedding; in the layer ``LocalMHA`` (no
-  biases). The same positions, on blocks of 31 (a length that is not a multiple is padded, ~9%
-  more at 256; without a mask their last positions then attend to the padding).
-* lsh: ours ``rounds`` 2, ``chunk_length`` 64, same-bucket keys only, duplicates counted, set to
-  their scheme: ``buckets`` n / 64 (theirs has no other: 4 at 256, 256 at 16K) and, non-causal,
-  ``lsh_window="chunks"`` (a chunk of 64 sorted positions sees itself and the chunk before, 64 ×
-  128 scores a chunk per round; our default slides over 64 positions each way, 64 × 192) = theirs
-  ``LSHSelfAttention(bucket_size=64, n_hashes=2, attend_across_buckets=False,
-  allow_duplicate_attention=False)`` (its core: reformer's ``LSHAttention``). Causal, ours keeps
-  the sliding window (64 × 128 too: a fixed chunk would depend on later tokens). Not the same:
-  their rotations are drawn afresh at every call, their first chunk looks back at the last one,
-  and their duplicates are counted by chunk, ours by bucket. Lengths must be multiples of 128
-  there.
+Theirs are configured with our defaults (``AttentionConfig``), mapped to their nearest setting:
+``bench/lucidrains.py`` gives the mapping, and where the outputs are not the same.
 
 Ratios: "speed" = their time / ours (≥ 1.0: ours is at least as fast), "memory" = ours / theirs
 (≤ 1.0: ours needs at most as much), at every length both ran. Not a test: the figures depend on
@@ -70,7 +39,6 @@ log-log, a row per role, ours solid, theirs dashed.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
@@ -82,172 +50,41 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # torch and the model are imported where they are used (the parent stays small)
     from torch import Tensor, nn
 
-    from transformer.mechanisms import AttentionConfig
-
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python bench/x.py` without installing the project
     sys.path.insert(0, str(ROOT))
 
-from bench.attention_scaling import EXACT_MEMORY_ENV, measure, memory_description, run_config  # noqa: E402
+from bench.attention_runs import (  # noqa: E402
+    EXACT_MEMORY_ENV,
+    ROLES,
+    add_child_options,
+    add_memory_options,
+    add_output_options,
+    label_axes,
+    length_figure,
+    measure,
+    measure_in_turn,
+    memory_description,
+    plot_line,
+    run_config,
+    save_figure,
+    timing_description,
+)
 from bench.common import environment, print_config, print_table, set_threads, version, write_json  # noqa: E402
+from bench.lucidrains import (  # noqa: E402
+    CAUSAL,
+    CORES,
+    PACKAGES,
+    PAIRS,
+    check_length,
+    missing_packages,
+    our_layer,
+    our_mechanism,
+    reference_core,
+    reference_layer,
+)
 
-# pair -> (the PyPI package of theirs, its import name)
-PACKAGES = {
-    "performer": ("performer-pytorch", "performer_pytorch"),
-    "linformer": ("linformer", "linformer"),
-    "nystrom": ("nystrom-attention", "nystrom_attention"),
-    "local": ("local-attention", "local_attention"),
-    "lsh": ("reformer-pytorch", "reformer_pytorch"),
-}
-PAIRS = tuple(PACKAGES)
-CAUSAL = ("performer", "local", "lsh")  # both implementations have a causal form
-CORES = ("performer", "local", "lsh")  # their package exposes the core apart from the layer
-ROLES = {"encoder": "encoder_self", "decoder": "decoder_self"}
 LENGTHS = (256, 1024, 4096, 16384)
-
-
-def missing_packages(pairs: list[str] | tuple[str, ...] = PAIRS) -> list[str]:
-    """The PyPI names of the reference packages of ``pairs`` that are not installed."""
-    return [PACKAGES[p][0] for p in pairs if importlib.util.find_spec(PACKAGES[p][1]) is None]
-
-
-# ----------------------------------------------------------------------- the two implementations
-
-
-def our_mechanism(pair: str, cfg: AttentionConfig, d_head: int, causal: bool, length: int) -> nn.Module:
-    """Our mechanism ``pair`` with ``cfg``'s settings (linformer's ``max_length`` raised to ``length``)."""
-    from dataclasses import replace
-
-    from transformer.mechanisms import build_mechanism
-
-    role = ROLES["decoder" if causal else "encoder"]
-    cfg = replace(cfg, **{role: pair}, max_length=max(length, cfg.max_length))
-    if pair == "lsh":  # reformer's scheme: n / chunk buckets; a chunk and the one before (encoder)
-        window = "sliding" if causal else "chunks"
-        cfg = replace(cfg, buckets=max(1, length // cfg.chunk_length), lsh_window=window)
-    return build_mechanism(role, cfg, d_head, 0.0)
-
-
-def our_layer(
-    pair: str, cfg: AttentionConfig, d_model: int, heads: int, causal: bool, length: int
-) -> nn.Module:
-    """``MultiHeadAttention`` around our mechanism ``pair``: ``layer.self_attention(x, causal=causal)``."""
-    from transformer.attention import MultiHeadAttention
-
-    mechanism = our_mechanism(pair, cfg, d_model // heads, causal, length)
-    return MultiHeadAttention(d_model, heads, mechanism=mechanism)
-
-
-def check_length(pair: str, cfg: AttentionConfig, length: int) -> None:
-    """Refuses (ValueError) a length that their implementation cannot run."""
-    if pair == "lsh" and length % (2 * cfg.chunk_length):
-        raise ValueError(f"reformer's LSHAttention cannot run {length}: a multiple of 2 x bucket_size needed")
-
-
-def reference_core(pair: str, cfg: AttentionConfig, d_head: int, causal: bool) -> nn.Module:
-    """Their core for ``pair`` with our settings, called as ``core(q, k, v)`` on [B, H, n, d_head]."""
-    if pair == "performer":
-        from performer_pytorch import FastAttention
-
-        return FastAttention(d_head, nb_features=cfg.features, ortho_scaling=0, causal=causal)
-    if pair == "local":
-        from local_attention import LocalAttention
-
-        return LocalAttention(
-            window_size=cfg.window - 1,  # with exact_windowsize: |i - j| <= window_size
-            causal=causal,
-            look_backward=1,
-            look_forward=0 if causal else 1,
-            exact_windowsize=True,
-            autopad=True,
-        )
-    if pair == "lsh":
-        from reformer_pytorch.reformer_pytorch import LSHAttention
-        from torch import nn
-
-        class ReformerCore(nn.Module):
-            """reformer's ``LSHAttention`` on [B, H, n, d] heads (it takes [B·H, n, d]: shared QK, V)."""
-
-            def __init__(self) -> None:
-                super().__init__()
-                self.lsh = LSHAttention(
-                    bucket_size=cfg.chunk_length,
-                    n_hashes=cfg.rounds,
-                    causal=causal,
-                    attend_across_buckets=False,
-                    allow_duplicate_attention=False,
-                )
-
-            def forward(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-                """k is ignored: shared QK, as ours."""
-                return self.lsh(q.flatten(0, 1), v.flatten(0, 1))[0].view_as(q)
-
-        return ReformerCore()
-    raise ValueError(f"{PACKAGES[pair][0]} has no core apart from its layer")
-
-
-def reference_layer(
-    pair: str, cfg: AttentionConfig, d_model: int, heads: int, causal: bool, length: int
-) -> nn.Module:
-    """Their whole attention layer for ``pair`` with our settings: ``layer(x)``, x [B, n, d_model]."""
-    d_head = d_model // heads
-    if causal and pair not in CAUSAL:
-        raise ValueError(f"{PACKAGES[pair][0]} cannot be causal")
-    if pair == "performer":
-        from performer_pytorch import SelfAttention
-
-        return SelfAttention(
-            dim=d_model,
-            heads=heads,
-            dim_head=d_head,
-            causal=causal,
-            nb_features=cfg.features,
-            feature_redraw_interval=cfg.redraw_interval,
-            qkv_bias=True,
-            attn_out_bias=True,
-        )
-    if pair == "linformer":
-        from linformer import LinformerSelfAttention
-
-        seq_len = max(length, cfg.max_length)
-        return LinformerSelfAttention(d_model, seq_len, k=cfg.projected_length, heads=heads, dim_head=d_head)
-    if pair == "nystrom":
-        from nystrom_attention import NystromAttention
-
-        return NystromAttention(
-            d_model,
-            dim_head=d_head,
-            heads=heads,
-            num_landmarks=cfg.landmarks,
-            pinv_iterations=6,
-            residual=False,
-        )
-    if pair == "local":
-        from local_attention import LocalMHA
-
-        return LocalMHA(
-            dim=d_model,
-            window_size=cfg.window - 1,
-            dim_head=d_head,
-            heads=heads,
-            causal=causal,
-            exact_windowsize=True,
-            use_rotary_pos_emb=False,
-        )
-    if pair == "lsh":
-        from reformer_pytorch import LSHSelfAttention
-
-        return LSHSelfAttention(
-            dim=d_model,
-            heads=heads,
-            bucket_size=cfg.chunk_length,
-            n_hashes=cfg.rounds,
-            causal=causal,
-            dim_head=d_head,
-            attend_across_buckets=False,
-            allow_duplicate_attention=False,
-        )
-    raise ValueError(f"unknown pair {pair!r}")
 
 
 # ------------------------------------------------------------------------------------- the child
@@ -304,50 +141,6 @@ def run_child(spec: dict) -> dict:
     if spec["impl"] == "both":
         return measure_in_turn(built, spec)
     return measure(*built[spec["impl"]], spec)
-
-
-def measure_in_turn(built: dict[str, tuple], spec: dict) -> dict:
-    """Ours and theirs, forward + backward, one call of each in turn (the first of each pair
-    alternating), after a warm-up call of each: ``spec["repeats"]`` pairs or more (more while
-    under a second, at most 25, none past a third of ``spec["timeout"]``).
-
-    Both see the same machine at the same moment, so a slow spell of the shared machine falls on
-    both: ``speed`` is the median over the pairs of their time / ours (the figure the verdict
-    uses), ``ours_seconds`` and ``theirs_seconds`` the medians of each.
-    """
-    import torch
-
-    grads: dict[str, Tensor] = {}
-
-    def step(impl: str) -> float:
-        module, inputs, call = built[impl]
-        for t in [*inputs, *module.parameters()]:
-            t.grad = None
-        start = time.perf_counter()
-        out = call()
-        if impl not in grads:
-            grads[impl] = torch.randn_like(out)
-        out.backward(grads[impl])
-        return time.perf_counter() - start
-
-    for impl in built:
-        built[impl][0].train()
-    spent = step("ours") + step("theirs")
-    pairs: list[tuple[float, float]] = []
-    while len(pairs) < 25 and (len(pairs) < spec["repeats"] or spent < 1.0):
-        if pairs and spent + sum(pairs[-1]) > spec["timeout"] / 3:  # the next pair would pass it
-            break
-        order = ("ours", "theirs") if len(pairs) % 2 == 0 else ("theirs", "ours")
-        times = {impl: step(impl) for impl in order}
-        pairs.append((times["ours"], times["theirs"]))
-        spent += sum(pairs[-1])
-    return {
-        "status": "ok",
-        "speed": statistics.median(theirs / ours for ours, theirs in pairs),
-        "ours_seconds": statistics.median(ours for ours, _ in pairs),
-        "theirs_seconds": statistics.median(theirs for _, theirs in pairs),
-        "pairs": len(pairs),
-    }
 
 
 # ------------------------------------------------------------------------------------ the parent
@@ -494,11 +287,6 @@ def report(results: list[dict], lengths: list[int]) -> dict:
 def plot(results: list[dict], path: Path, lengths: list[int], scope: str) -> None:
     """Time and memory against length, log-log, one line per implementation (ours solid, theirs dashed);
     a row per role."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     chosen = [r for r in results if r["scope"] == scope and r["status"] == "ok"]
     by = {(r["role"], r["pair"], r["impl"], r["length"]): r for r in chosen}
     seconds = {}  # (role, pair, impl, length) -> the time shown in the tables
@@ -515,7 +303,7 @@ def plot(results: list[dict], path: Path, lengths: list[int], scope: str) -> Non
     if not roles:
         print(f"no {scope} results to plot")
         return
-    fig, axes = plt.subplots(len(roles), 2, figsize=(12, 4.5 * len(roles)), squeeze=False)
+    fig, axes, plt = length_figure(len(roles), 4.5)
     colors = dict(zip(PAIRS, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False))
     for row, role in zip(axes, roles, strict=True):
         for pair in PAIRS:
@@ -528,25 +316,12 @@ def plot(results: list[dict], path: Path, lengths: list[int], scope: str) -> Non
                 if not ok:
                     continue
                 label = f"{pair} (ours)" if impl == "ours" else f"{pair} ({PACKAGES[pair][0]})"
-                xs = [n for n, _ in ok]
-                kwargs = dict(color=colors[pair], marker="o" if impl == "ours" else "s", label=label)
-                row[0].plot(xs, [time_of(r) * 1e3 for _, r in ok], style, **kwargs)
-                row[1].plot(xs, [max(r["peak_mib"], 0.1) for _, r in ok], style, **kwargs)
-        causal = "causal" if role == "decoder" else "non-causal"
-        for ax, label in zip(row, ("ms per forward + backward", "peak MiB above baseline"), strict=True):
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            ax.set_xticks(lengths, [str(n) for n in lengths])
-            ax.set_xlabel("sequence length (tokens)")
-            ax.set_ylabel(label)
-            ax.set_title(f"{role} ({causal})", fontsize=10)
-            ax.grid(True, which="both", alpha=0.3)
+                points = [(n, time_of(r), r["peak_mib"]) for n, r in ok]
+                marker = "o" if impl == "ours" else "s"
+                plot_line(row, points, style, color=colors[pair], marker=marker, label=label)
+        label_axes(row, lengths, f"{role} ({'causal' if role == 'decoder' else 'non-causal'})")
         row[0].legend(fontsize=7, loc="upper left")
-    fig.suptitle(f"Attention {scope}, ours against lucidrains', fp32, batch 1: forward + backward")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    print(f"plot written to {path}")
+    save_figure(fig, path, f"Attention {scope}, ours against lucidrains', fp32, batch 1: forward + backward")
 
 
 def main() -> None:
@@ -555,11 +330,7 @@ def main() -> None:
     parser.add_argument("--pairs", nargs="+", default=list(PAIRS), choices=list(PAIRS), help="mechanisms")
     parser.add_argument("--roles", nargs="+", default=list(ROLES), choices=list(ROLES), help="roles")
     parser.add_argument("--scopes", nargs="+", default=["layer", "core"], choices=["layer", "core"])
-    parser.add_argument("--d-model", type=int, default=512, help="model width")
-    parser.add_argument("--heads", type=int, default=8, help="attention heads")
-    parser.add_argument("--threads", type=int, default=2, help="intra-op threads of each child")
-    parser.add_argument("--repeats", type=int, default=3, help="timed calls after the warm-up (at most)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per configuration")
+    add_child_options(parser, timeout=60.0)
     parser.add_argument(
         "--speed",
         default="in-turn",
@@ -567,22 +338,16 @@ def main() -> None:
         help="speed ratio from ours and theirs timed in turn in one more child (default), or from "
         "the two children's times",
     )
-    parser.add_argument(
-        "--memory",
-        default="exact",
-        choices=["exact", "rss"],
-        help="peak memory of the separate children with glibc returning freed memory at once (default; "
+    add_memory_options(
+        parser,
+        "peak memory of the separate children with glibc returning freed memory at once (default; "
         "needs --speed in-turn, their own times are slowed) or with its default caching",
     )
-    parser.add_argument("--memory-limit", type=float, default=16.0, help="GiB of address space per child")
     parser.add_argument(
         "--plot", default=str(ROOT / "docs" / "attention_reference.png"), help="PNG ('' none)"
     )
     parser.add_argument("--plot-scope", default="layer", choices=["layer", "core"], help="scope plotted")
-    parser.add_argument(
-        "--json", default="attention_reference", help="results file: bench/results/<name>.json"
-    )
-    parser.add_argument("--from-json", nargs="+", help="only print the tables (and plot) of these results")
+    add_output_options(parser, "attention_reference")
     parser.add_argument(
         "--median", action="store_true", help="with --from-json: the files are repeated runs; report medians"
     )
@@ -629,8 +394,7 @@ def main() -> None:
         "settings": "AttentionConfig defaults, theirs mapped to them (the docstring's table)",
         "not run": f"decoder: {', '.join(p for p in PAIRS if p not in CAUSAL)} (neither is causal); "
         f"core: {', '.join(p for p in PAIRS if p not in CORES)} (no core apart from their layer)",
-        "timing": f"median of {args.repeats} or more forward + backward calls (more while under 0.5 s, fewer "
-        "past a third of the timeout) after one warm-up",
+        "timing": timing_description(args.repeats),
         "speed": "their time / ours: "
         + (
             f"median over {args.repeats} or more pairs of calls (more while under 1 s, at most 25), ours "

@@ -34,38 +34,33 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
-import signal
-import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python bench/x.py` without installing the project
     sys.path.insert(0, str(ROOT))
 
-if TYPE_CHECKING:  # torch is imported where it is used (the parent stays small)
-    from torch import Tensor, nn
-
-from bench.common import (  # noqa: E402
-    environment,
-    median,
-    peak_rss_mib,
-    print_config,
-    print_table,
-    rss_mib,
-    set_threads,
-    write_json,
+from bench.attention_runs import (  # noqa: E402
+    ROLES,
+    add_child_options,
+    add_memory_options,
+    add_output_options,
+    label_axes,
+    length_figure,
+    measure,
+    memory_description,
+    plot_line,
+    run_config,
+    save_figure,
+    timing_description,
+    with_exact_memory,
 )
+from bench.common import environment, print_config, print_table, set_threads, write_json  # noqa: E402
 
 MECHANISMS = ("sdpa", "written", "softmax", "linear", "performer", "local", "atrous", "sparse", "lsh")
 MECHANISMS += ("linformer", "nystrom")
-ROLES = {"encoder": "encoder_self", "decoder": "decoder_self"}
 LENGTHS = (256, 512, 1024, 2048, 4096, 8192, 16384)
 QUADRATIC = ("sdpa", "written", "softmax")
 # Issue 23's targets for the core at 4K (speed as a multiple of SDPA's, memory as a fraction of
@@ -133,143 +128,7 @@ def run_child(spec: dict) -> dict:
     return measure(module, inputs, call, spec)
 
 
-def measure(module: nn.Module, inputs: list[Tensor], call: Callable[[], Tensor], spec: dict) -> dict:
-    """Forward + backward of ``call()`` in this process (a child): the result's dict.
-
-    A warm-up call, then ``spec["repeats"]`` or more timed calls (more while under 0.5 s, fewer
-    past a third of ``spec["timeout"]``), each against the same random output gradient, under
-    bf16 autocast where ``spec["precision"]`` says so. ``module``'s parameters and ``inputs``
-    (the leaves) have their gradients reset before each call. Peak memory: VmHWM at the end
-    minus VmRSS now (after imports, the module and the inputs). Running out of memory is
-    reported as ``OOM``; an error naming a setting the mechanism refuses as ``refused``.
-    """
-    import torch
-
-    module.train()
-    grad = None
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=spec["precision"] == "bf16")
-
-    def step() -> float:
-        nonlocal grad
-        for t in [*inputs, *module.parameters()]:
-            t.grad = None
-        start = time.perf_counter()
-        with autocast:
-            out = call()
-        if grad is None:
-            grad = torch.randn_like(out)
-        out.backward(grad)
-        return time.perf_counter() - start
-
-    times = []
-    baseline = rss_mib()
-    try:
-        warmup = step()
-        budget = spec["timeout"] / 3  # timed calls stop here, so that a slow one still finishes
-        spent = warmup
-        # At least --repeats calls (fewer where they would pass the budget), more while the timed
-        # calls add up to under 0.5 s (not counting the warm-up, whose first touch of every buffer
-        # can take ten times a call: with it counted, a 40 ms call got only --repeats calls, the
-        # first of them still slowed by page faults).
-        while len(times) < 50 and (len(times) < spec["repeats"] or sum(times) < 0.5):
-            if times and spent + warmup > budget:
-                break
-            times.append(step())
-            spent += times[-1]
-    except (RuntimeError, MemoryError) as error:
-        if "memory" in str(error).lower() or isinstance(error, MemoryError):
-            return {"status": "OOM", "why": str(error).splitlines()[0][:200], "times": times}
-        if "max_length" in str(error) or "cannot" in str(error):
-            return {"status": "refused", "why": str(error).splitlines()[0][:200]}
-        raise
-    return {
-        "status": "ok",
-        "seconds": median(times),
-        "times": times,
-        "warmup_seconds": warmup,
-        "peak_mib": peak_rss_mib() - baseline,
-        "baseline_mib": baseline,
-    }
-
-
 # ------------------------------------------------------------------------------------ the parent
-
-
-# Environment of a child whose peak RSS is to be its peak of live allocations: glibc maps every
-# allocation over 64 KiB on its own and unmaps it when freed, and returns the heap's free top at
-# once, instead of keeping freed memory resident for reuse (its default, whose thresholds move
-# with the allocations seen, so that the same code's VmHWM varied by ±15% between runs). Slower:
-# every large tensor's pages are faulted in afresh, so such a child's times are not comparable.
-EXACT_MEMORY_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
-
-
-def memory_description(mode: str, exact_child: str, rss_child: str) -> str:
-    """How peak memory was measured, for the printed config: ``mode`` exact or rss, and which
-    child's figure each mode reports (``exact_child``, ``rss_child``)."""
-    how = "child's /proc/self/status VmHWM at the end minus its VmRSS after imports and inputs (MiB)"
-    if mode == "exact":
-        settings = " ".join(f"{k}={v}" for k, v in EXACT_MEMORY_ENV.items())
-        return f"{how}, {exact_child} with glibc returning freed memory at once ({settings})"
-    return f"{how}, {rss_child}, under glibc's default caching"
-
-
-def run_config(
-    spec: dict, memory_limit_gib: float, script: Path | None = None, env: dict[str, str] | None = None
-) -> dict:
-    """``spec`` in a child process, with the time limit and the address-space cap.
-
-    The child is ``script --child <spec as JSON>`` (this script unless another is given), which
-    prints its result's dict as JSON on its last line starting with ``{``; ``env``: variables
-    added to its environment (e.g. ``EXACT_MEMORY_ENV``).
-    """
-    limit = int(memory_limit_gib * 2**30)
-
-    def cap() -> None:
-        if limit > 0:
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-    script = Path(__file__) if script is None else script
-    command = [sys.executable, str(script.resolve()), "--child", json.dumps(spec)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(spec["threads"]), **(env or {})}
-    # Files, not pipes: a child writing more than a pipe holds would block while it is polled.
-    stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
-    start = time.perf_counter()
-    proc = subprocess.Popen(command, env=env, stdout=stdout, stderr=stderr, preexec_fn=cap)
-    status, usage = 0, None
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.perf_counter() - start > spec["timeout"]:
-            proc.kill()
-            _, status, usage = os.wait4(proc.pid, 0)
-            return {"status": "timeout", "why": f"over {spec['timeout']} s", "ru_maxrss_mib": None}
-        time.sleep(0.05)
-    stdout.seek(0)
-    stderr.seek(0)
-    out, err = stdout.read().decode(errors="replace"), stderr.read().decode(errors="replace")
-    code = os.waitstatus_to_exitcode(status)
-    maxrss = usage.ru_maxrss / 1024
-    if code == -signal.SIGKILL:
-        return {"status": "OOM", "why": "killed (SIGKILL)", "ru_maxrss_mib": maxrss}
-    lines = [line for line in out.splitlines() if line.startswith("{")]
-    if code != 0 or not lines:
-        if "memory" in err.lower():
-            return {"status": "OOM", "why": err.strip().splitlines()[-1][:200], "ru_maxrss_mib": maxrss}
-        tail = err.strip().splitlines()[-1][:200] if err.strip() else f"exit {code}"
-        return {"status": "error", "why": tail, "ru_maxrss_mib": maxrss}
-    return {**json.loads(lines[-1]), "ru_maxrss_mib": maxrss}
-
-
-def with_exact_memory(r: dict, spec: dict, memory_limit_gib: float) -> dict:
-    """Timing result ``r`` of ``spec`` with its peak memory from a second child run under
-    ``EXACT_MEMORY_ENV`` (a warm-up and one call, or more while under 0.5 s); the timing child's
-    own peak is kept as ``rss_peak_mib``. Where the second child fails (out of memory or time:
-    its page faults make it slower), the timing child's peak stays, and ``memory`` says why."""
-    exact = run_config({**spec, "repeats": 1}, memory_limit_gib, env=EXACT_MEMORY_ENV)
-    if exact["status"] != "ok":
-        return {**r, "memory": f"rss (the exact child: {exact['status']})"}
-    return {**r, "peak_mib": exact["peak_mib"], "rss_peak_mib": r["peak_mib"]}
 
 
 def _cell(r: dict, key: str, scale: float = 1.0) -> object:
@@ -357,16 +216,11 @@ def report(results: list[dict], lengths: list[int]) -> dict:
 
 def plot(results: list[dict], path: Path, lengths: list[int]) -> None:
     """Time and memory against length, log-log, one line per mechanism (core, encoder, fp32)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     chosen = [r for r in results if (r["scope"], r["role"], r["precision"]) == ("core", "encoder", "fp32")]
     if not chosen:
         print("no core/encoder/fp32 results to plot")
         return
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5))
+    fig, axes, plt = length_figure(1, 5)
     names = list(dict.fromkeys(r["mechanism"] for r in chosen))
     colours = plt.get_cmap("tab20").colors[::2] + plt.get_cmap("tab20").colors[1::2]  # 20, no repeat
     for name, colour in zip(names, colours, strict=False):
@@ -374,23 +228,12 @@ def plot(results: list[dict], path: Path, lengths: list[int]) -> None:
         if not ok:
             continue
         style = "--" if name in QUADRATIC else "-"
-        xs = [n for n, _ in ok]
-        kw = dict(color=colour, marker="o", label=name)
-        axes[0].plot(xs, [r["seconds"] * 1e3 for _, r in ok], style, **kw)
-        axes[1].plot(xs, [max(r["peak_mib"], 0.1) for _, r in ok], style, **kw)
-    for ax, label in zip(axes, ("ms per forward + backward", "peak MiB above baseline"), strict=True):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xticks(lengths, [str(n) for n in lengths])
-        ax.set_xlabel("sequence length (tokens)")
-        ax.set_ylabel(label)
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.suptitle("Attention core, encoder (non-causal), fp32, batch 1, 8 heads of 64: forward + backward")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    print(f"plot written to {path}")
+        points = [(n, r["seconds"], r["peak_mib"]) for n, r in ok]
+        plot_line(axes[0], points, style, color=colour, marker="o", label=name)
+    label_axes(axes[0], lengths)
+    axes[0][0].legend(fontsize=8)
+    title = "Attention core, encoder (non-causal), fp32, batch 1, 8 heads of 64: forward + backward"
+    save_figure(fig, path, title)
 
 
 def main() -> None:
@@ -403,22 +246,14 @@ def main() -> None:
     parser.add_argument("--force-bf16", action="store_true", help="bf16 even where the CPU emulates it")
     parser.add_argument("--scopes", nargs="+", default=["core", "layer"], choices=["core", "layer"])
     parser.add_argument("--mechanisms", nargs="+", default=list(MECHANISMS), choices=list(MECHANISMS))
-    parser.add_argument("--d-model", type=int, default=512, help="model width")
-    parser.add_argument("--heads", type=int, default=8, help="attention heads")
-    parser.add_argument("--threads", type=int, default=2, help="intra-op threads of each child")
-    parser.add_argument("--repeats", type=int, default=3, help="timed calls after the warm-up (at most)")
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per configuration")
-    parser.add_argument(
-        "--memory",
-        default="exact",
-        choices=["exact", "rss"],
-        help="peak memory from a second child with glibc returning freed memory at once (default), or "
-        "the timing child's own, under glibc's default caching",
+    add_child_options(parser, timeout=120.0)
+    add_memory_options(
+        parser,
+        "peak memory from a second child with glibc returning freed memory at once (default), or the "
+        "timing child's own, under glibc's default caching",
     )
-    parser.add_argument("--memory-limit", type=float, default=16.0, help="GiB of address space per child")
     parser.add_argument("--plot", default=str(ROOT / "docs" / "attention_scaling.png"), help="PNG ('' none)")
-    parser.add_argument("--json", default="attention_scaling", help="results file: bench/results/<name>.json")
-    parser.add_argument("--from-json", nargs="+", help="only print the tables (and plot) of these results")
+    add_output_options(parser, "attention_scaling")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -453,8 +288,7 @@ def main() -> None:
         "heads": args.heads,
         "batch": 1,
         "mechanism_settings": "AttentionConfig defaults; linformer max_length = max(length, 1024)",
-        "timing": f"median of {args.repeats} or more forward + backward calls (more while under 0.5 s, fewer "
-        "past a third of the timeout) after one warm-up",
+        "timing": timing_description(args.repeats),
         "memory": memory_description(args.memory, "from a second child", "the timing child's"),
         "timeout_s": args.timeout,
         "memory_limit_gib": args.memory_limit,
@@ -479,9 +313,10 @@ def main() -> None:
                             "repeats": args.repeats,
                             "timeout": args.timeout,
                         }
-                        r = {**spec, **run_config(spec, args.memory_limit), "memory": args.memory}
+                        script = Path(__file__)
+                        r = {**spec, **run_config(spec, args.memory_limit, script), "memory": args.memory}
                         if args.memory == "exact" and r["status"] == "ok":
-                            r = with_exact_memory(r, spec, args.memory_limit)
+                            r = with_exact_memory(r, spec, args.memory_limit, script)
                         results.append(r)
                         shown = (
                             f"{r['seconds'] * 1e3:.1f} ms, {r['peak_mib']:.0f} MiB"

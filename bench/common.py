@@ -6,6 +6,7 @@ table, and writes the same figures as JSON under ``bench/results/`` (gitignored)
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import glob
 import gzip
@@ -132,6 +133,11 @@ def _fmt(value: object) -> str:
             return "-"
         return f"{value:.3g}" if abs(value) < 100 else f"{value:,.0f}"
     return str(value)
+
+
+def add_json_option(parser: argparse.ArgumentParser, name: str) -> None:
+    """``--json``: where :func:`write_json` writes the results (``name`` by default)."""
+    parser.add_argument("--json", default=name, help="results file: bench/results/<name>.json")
 
 
 def write_json(name: str, data: dict) -> Path:

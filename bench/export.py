@@ -47,6 +47,7 @@ import torch  # noqa: E402
 from bench.common import (  # noqa: E402
     MULTI30K_DIR,
     ROOT,
+    add_json_option,
     environment,
     find_checkpoint,
     median,
@@ -177,7 +178,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--reps", type=int, default=3, help="beam-5 repetitions of each system (median)")
     parser.add_argument("--sentences", type=int, default=0, help="first N test sentences (0: all)")
-    parser.add_argument("--json", default="export", help="results file: bench/results/<name>.json")
+    add_json_option(parser, "export")
     args = parser.parse_args()
     checkpoint = Path(args.checkpoint or find_checkpoint("multi30k_de_en", "averaged") or "")
     if not checkpoint.is_file():

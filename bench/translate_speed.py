@@ -30,7 +30,14 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python bench/x.py` without installing the project
     sys.path.insert(0, str(ROOT))
 
-from bench.common import MULTI30K_DIR, environment, print_config, print_table, write_json  # noqa: E402
+from bench.common import (  # noqa: E402
+    MULTI30K_DIR,
+    add_json_option,
+    environment,
+    print_config,
+    print_table,
+    write_json,
+)
 
 
 def run_once(tree: Path, args: list[str], threads: int, out: Path) -> tuple[float, float]:
@@ -59,7 +66,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternated runs of every tree")
     parser.add_argument("--args", default="", help="more translate.py options, e.g. '--greedy'")
     parser.add_argument("--same-as", help="the tree every tree's outputs must equal (default: the last)")
-    parser.add_argument("--json", default="translate_speed", help="results file: bench/results/<name>.json")
+    add_json_option(parser, "translate_speed")
     args = parser.parse_args()
 
     trees = dict(item.split("=", 1) for item in args.tree)

@@ -4,10 +4,23 @@ One thread is set at import time too, so that module- and session-scoped fixture
 before function-scoped autouse fixtures) do not run with every core and oversubscribe the CPU.
 Tests marked ``gpu`` are skipped, with the reason, where CUDA is absent, so the suite stays green
 on CPU machines.
+
+Tests marked ``cpu_dependent`` take the path the CPU's capability report chooses. ``.ci/run`` runs
+them again under ``../shared/tools/emulate-cpu`` with ``NMT_EXPECT_CPU_CAPABILITY=AVX2``: that run
+stops before its first test unless PyTorch, in this process, reports that capability and no
+native bf16, so that its tests cannot pass on the host's CPU by mistake.
 """
+
+import os
 
 import pytest
 import torch
+
+from transformer import hardware
+
+EXPECT_CAPABILITY = "NMT_EXPECT_CPU_CAPABILITY"
+# Capabilities without bf16 arithmetic: where PyTorch reports one, bf16 can only be emulated.
+_NO_BF16 = ("DEFAULT", "NO AVX", "AVX2")
 
 torch.set_num_threads(1)
 
@@ -17,6 +30,23 @@ def _single_thread_and_seed():
     torch.set_num_threads(1)
     torch.manual_seed(0)
     yield
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    capability = torch.backends.cpu.get_cpu_capability()
+    return f"cpu: capability {capability}, native bf16 {hardware.native_bf16()}"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    expected = os.environ.get(EXPECT_CAPABILITY)
+    if not expected:
+        return
+    capability, native = torch.backends.cpu.get_cpu_capability(), hardware.native_bf16()
+    if capability != expected or (expected in _NO_BF16 and native):
+        raise pytest.UsageError(
+            f"{EXPECT_CAPABILITY}={expected}, but PyTorch reports CPU capability {capability} and "
+            f"native bf16 {native}: this run is not on the CPU it is meant to test"
+        )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,12 +1,19 @@
-"""train.py as a new user runs it: a checkout with no ../shared beside it, and no network."""
+"""train.py as a new user runs it: a checkout with no ../shared beside it, and no network; a tiny
+run whose precision this CPU chooses, and whose output has no library's deprecation noise."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import torch
+
+from tests.toy_text import tiny_run_overrides, write_toy_corpus
+from transformer import hardware
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,3 +49,31 @@ def test_no_local_corpus_and_no_hub_is_one_message_without_traceback(tmp_path: P
         assert option in error, error
     # The log line said which source was tried, and why.
     assert "corpus: Hugging Face hub dataset bentrevett/multi30k" in out and f"{shared} absent" in out
+
+
+def test_a_tiny_auto_precision_run_says_its_precision_and_no_library_deprecation(tmp_path: Path) -> None:
+    """python train.py trainer.precision=auto: two updates, a validation and a test, in bf16-mixed
+    where this CPU computes bf16 natively, else 32-true; the log says why, and Lightning's treespec
+    deprecation warning is not in the output (training/pipeline.py). The same run in-process is
+    tests/training/test_pipeline.py's, which .ci/run also runs on an emulated AVX2-only CPU."""
+    corpus = write_toy_corpus(tmp_path / "corpus", {"train": 40, "val": 2, "test": 2})
+    run = tmp_path / "run"
+    overrides = [*tiny_run_overrides(corpus, tmp_path / "cache"), f"hydra.run.dir={run}"]
+    proc = subprocess.run(
+        [sys.executable, "train.py", *overrides],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    results = json.loads((run / "results.json").read_text())
+    native, capability = hardware.native_bf16(), torch.backends.cpu.get_cpu_capability()
+    expected = "bf16-mixed" if native else "32-true"
+    assert results["precision"] == expected and results["ending_update"] == 2
+    assert f"CPU capability {capability} " in results["precision_reason"]
+    assert f"precision: {expected} (trainer.precision=auto): {'' if native else 'no '}native bf16" in out
+    assert {"train/loss", "val/bleu", "test/bleu"} <= set(results)
+    assert "LeafSpec" not in out and "treespec" not in out

@@ -7,9 +7,12 @@ are few and each checks several things; error paths run in-process through ``mai
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,7 @@ import translate
 from bench.uncached import Recomputing
 from tests.toy_text import LEXICON, toy_pairs, train_word_spm, translate_words
 from transformer import Transformer, TransformerConfig, hardware
+from transformer.cpu_kernels import PackedLinears
 from translation.checkpoint import inference_fields, write_checkpoint
 from translation.translator import DEFAULT_MAX_TOKENS, SearchOptions, Translator
 
@@ -323,6 +327,62 @@ def test_bfloat16_on_a_cpu_without_native_bf16_translates_and_says_it_is_slow(
     assert out.out == b"a dog runs\nchild woman\n"
     warnings = [line for line in out.err.decode().splitlines() if "emulated" in line]
     assert len(warnings) == 1 and "native bf16 is False" in warnings[0]
+
+
+def untrained_checkpoint(directory: Path) -> Path:
+    """A checkpoint of an untrained Transformer of width 16 on word vocabularies: cheap enough for
+    an emulated CPU (its outputs are arbitrary, the same ones however they are computed)."""
+    pairs = toy_pairs(50, seed=0)
+    src_proto, tgt_proto = train_word_spm([s for s, _ in pairs]), train_word_spm([t for _, t in pairs])
+    vocab = [spm.SentencePieceProcessor(model_proto=p).get_piece_size() for p in (src_proto, tgt_proto)]
+    torch.manual_seed(0)
+    cfg = TransformerConfig(*vocab, d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=32)
+    path = directory / "untrained.ckpt"
+    write_checkpoint(path, Transformer(cfg).eval(), inference_fields(src_proto, tgt_proto, "de", "en"))
+    return path
+
+
+def cpu_report(model: Transformer, _: object) -> tuple[int, str, bool, frozenset[torch.dtype]]:
+    """A worker's job: its pid, the CPU capability and native bf16 it sees, its packs' dtypes."""
+    packs = frozenset(
+        key[-1]
+        for module in model.modules()
+        if isinstance(getattr(module, "packed", None), PackedLinears)
+        for key, _, _ in module.packed._packs.values()
+    )
+    return os.getpid(), torch.backends.cpu.get_cpu_capability(), hardware.native_bf16(), packs
+
+
+@pytest.mark.cpu_dependent
+def test_bfloat16_in_two_workers_packs_as_the_workers_own_cpu_says(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """translate.py --dtype bfloat16 --workers 2, two lines: the spawned workers, which no
+    monkeypatch reaches, see this CPU's capability and pack bf16 as it computes it (in fp32 on an
+    AVX2-only CPU, as in .ci/run's emulated run); they translate as one process does."""
+    reports = []
+    real_pool = translate.worker_pool
+
+    @contextmanager
+    def reporting_pool(*args: object) -> Iterator[object]:
+        with real_pool(*args) as pool:
+            yield pool
+            if pool is not None:  # None: one process, no workers
+                reports.extend(report for _, report in pool.imap_unordered(cpu_report, range(4)))
+
+    monkeypatch.setattr(translate, "worker_pool", reporting_pool)
+    args = ["--checkpoint", str(untrained_checkpoint(tmp_path)), "--dtype", "bfloat16", "--max-tokens", "8"]
+    args += ["ein hund läuft", "kind frau"]
+    assert translate.main(args) == 0
+    one = capsysbinary.readouterr()
+    assert translate.main([*args, "--workers", "2", "--threads", "1"]) == 0
+    two = capsysbinary.readouterr()
+    assert two.out == one.out and len(lines_of(two.out)) == 2, two.err.decode()
+    native, capability = hardware.native_bf16(), torch.backends.cpu.get_cpu_capability()
+    assert ("bfloat16 is emulated" in two.err.decode()) is not native
+    packed_in = frozenset({torch.bfloat16 if native else torch.float32})
+    assert reports and {report[1:] for report in reports} == {(capability, native, packed_in)}
+    assert os.getpid() not in {report[0] for report in reports}
 
 
 def test_cached_equals_recomputed_through_the_translator(

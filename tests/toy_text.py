@@ -78,6 +78,23 @@ def write_toy_corpus(directory: Path, sizes: dict[str, int] | None = None, seed:
     return directory
 
 
+def tiny_run_overrides(corpus: Path, cache: Path) -> list[str]:
+    """train.py overrides for the least run that trains, validates and tests on ``corpus`` (40
+    training pairs are enough): two updates of a model of width 16, one layer each, in
+    ``trainer.precision=auto``, one batch to validate and one to test. Small enough for an
+    emulated CPU (.ci/run), where it takes a minute or two."""
+    return f"""
+        model=tiny model.d_model=16 model.n_heads=2 model.d_ff=32 model.max_positions=32
+        model.n_encoder_layers=1 model.n_decoder_layers=1
+        data.data_dir={corpus} data.test_split=test data.vocab_size=48 data.max_tokens=64
+        data.cache_dir={cache}
+        trainer.precision=auto trainer.max_epochs=1 trainer.limit_train_batches=2
+        trainer.limit_val_batches=1 trainer.limit_test_batches=1 trainer.num_sanity_val_steps=0
+        trainer.enable_progress_bar=false trainer.enable_model_summary=false
+        logger=csv plot=false decoding.beam_size=2 decoding.max_len_b=3
+    """.split()
+
+
 def train_word_spm(texts: list[str], project_ids: bool = True) -> bytes:
     """A word-level SentencePiece model (one piece per word, 4 special ids first); its bytes.
 

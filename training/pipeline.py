@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import secrets
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,20 @@ from training.resume import (
 from transformer.mechanisms import AttentionConfig
 
 logger = logging.getLogger(__name__)
+
+# torch's pytree deprecated its LeafSpec class for treespec_leaf() (a FutureWarning at each
+# construction, worded "`isinstance(treespec, LeafSpec)` is deprecated"; torch 2.13 warns). Lightning
+# (2.6.6, its newest release, and its main branch) still constructs one in
+# lightning/pytorch/utilities/_pytree.py:_tree_flatten, which CombinedLoader calls for every
+# dataloader the Trainer runs, so every run printed it (Lightning issue #21326). The call is
+# Lightning's, not ours, and harmless until torch removes the class: that one warning from that
+# one module is ignored, here rather than in pytest's settings, so that train.py's users do not see it.
+warnings.filterwarnings(
+    "ignore",
+    message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+    category=FutureWarning,
+    module=r"lightning\.pytorch\.utilities\._pytree",
+)
 
 
 def register_resolvers() -> None:

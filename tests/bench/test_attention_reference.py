@@ -1,6 +1,6 @@
 """Our mechanisms give lucidrains' outputs where the mathematics is the same (issue 23, item 2).
 
-Each test builds ours and theirs with ``bench/attention_reference.py``'s mapping of our settings
+Each test builds ours and theirs with ``bench/lucidrains.py``'s mapping of our settings
 (the one that the benchmark times), gives both the same projections (theirs copied into ours;
 a bias theirs lacks is zero in ours) and the same random features or projection matrices, and
 asserts equal outputs at fp32 precision. Tiny shapes, one thread. The packages are in the ``dev``
@@ -49,7 +49,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from bench.attention_reference import PAIRS, our_layer, our_mechanism, reference_core, reference_layer
+from bench.lucidrains import PAIRS, our_layer, our_mechanism, reference_core, reference_layer
 from transformer.attention import MultiHeadAttention
 from transformer.mechanisms import AttentionConfig
 
@@ -302,7 +302,7 @@ def test_lsh_full_shared_qk_layer(causal):
 
 def test_attention_reference_smoke(tmp_path):
     for pair in PAIRS:
-        from bench.attention_reference import PACKAGES
+        from bench.lucidrains import PACKAGES
 
         needs(*PACKAGES[pair])
     out, png = tmp_path / "reference.json", tmp_path / "reference.png"
@@ -421,7 +421,7 @@ def test_a_child_gets_the_exact_memory_environment(tmp_path):
     """``run_config(..., env=EXACT_MEMORY_ENV)`` starts the child with glibc's settings that return
     freed memory at once; without it, the child has none of them (the in-turn child's allocator
     is the default one)."""
-    from bench.attention_scaling import EXACT_MEMORY_ENV, run_config
+    from bench.attention_runs import EXACT_MEMORY_ENV, run_config
 
     script = tmp_path / "child.py"
     keys = sorted(EXACT_MEMORY_ENV)

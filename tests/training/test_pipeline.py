@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from torch._dynamo.utils import counters
 
 from data.datamodule import TranslationDataModule
-from tests.toy_text import write_toy_corpus
+from tests.toy_text import tiny_run_overrides, write_toy_corpus
 from training import averaging, pipeline
 from training.module import DEFAULT_OPTIMIZER, TranslationModule
 from training.pipeline import train
@@ -162,6 +162,22 @@ def test_precision_and_time_budget_are_chosen_said_and_recorded(toy, tmp_path, m
     assert OmegaConf.create(config).trainer.precision == "32-true"
     assert results["precision"] == "32-true" and "native bf16 is False" in results["precision_reason"]
     assert json.loads((tmp_path / "run" / "results.json").read_text())["precision"] == "32-true"
+
+
+@pytest.mark.cpu_dependent
+def test_auto_precision_trains_in_what_this_cpu_computes(tmp_path):
+    """No monkeypatch: trainer.precision=auto trains two updates, validates and tests in bf16-mixed
+    where this CPU computes bf16 natively, else in 32-true (AVX2 in .ci/run's emulated run), and
+    says why. In-process: a train.py process would import torch and Lightning again, a minute of
+    the emulated run (tests/test_train.py runs the same as a process)."""
+    corpus = write_toy_corpus(tmp_path / "corpus", {"train": 40, "val": 2, "test": 2})
+    overrides = [*tiny_run_overrides(corpus, tmp_path / "cache"), f"paths.runs_dir={tmp_path}"]
+    results = train(compose_config(overrides, tmp_path / "run"))
+    native, capability = hardware.native_bf16(), torch.backends.cpu.get_cpu_capability()
+    assert results["precision"] == ("bf16-mixed" if native else "32-true") and results["ending_update"] == 2
+    assert f"CPU capability {capability} " in results["precision_reason"]
+    assert f"native bf16 is {native}" in results["precision_reason"]
+    assert {"train/loss", "val/bleu", "test/bleu"} <= set(results)
 
 
 def test_a_compiled_run_validates_tests_and_writes_plain_checkpoints(toy, tmp_path):

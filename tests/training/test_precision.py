@@ -1,6 +1,7 @@
 """trainer.precision=auto follows what the device computes natively; an explicit choice is kept,
 with a warning where bf16 would be emulated. CUDA devices are played by monkeypatch here (the
-GPU tests run the real ones)."""
+GPU tests run the real ones). ``cpu_dependent``: ``.ci/run`` runs them again on an emulated
+AVX2-only CPU, where the unpatched test below takes fp32."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import torch
 
 from training.precision import choose_precision
 from transformer import hardware
+
+pytestmark = pytest.mark.cpu_dependent
 
 
 @pytest.fixture
@@ -37,6 +40,16 @@ def test_auto_on_the_cpu_takes_bf16_only_where_it_is_native(cpu_bf16, native, ex
     assert choice.precision == expected and choice.slow_warning is None
     assert torch.backends.cpu.get_cpu_capability() in choice.reason
     assert f"native bf16 is {native}" in choice.reason and "_is_avx512_bf16_supported()" in choice.reason
+
+
+def test_auto_on_this_cpu_follows_its_own_report():
+    """No monkeypatch: bf16-mixed where this CPU computes bf16 natively, else 32-true, and the
+    reason names the capability PyTorch reports (AVX2 on .ci/run's emulated CPU)."""
+    choice = choose_precision("auto", "cpu")
+    native = hardware.native_bf16()
+    assert choice.precision == ("bf16-mixed" if native else "32-true")
+    capability = torch.backends.cpu.get_cpu_capability()
+    assert f"CPU capability {capability} " in choice.reason and f"native bf16 is {native}" in choice.reason
 
 
 @pytest.mark.parametrize(("native", "expected"), [(True, "bf16-mixed"), (False, "16-mixed")])

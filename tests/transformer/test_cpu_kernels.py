@@ -2,6 +2,9 @@
 
 Packed weights give F.linear's results, fresh after updates, never in autograd; the written-out
 attention and its short-row softmax equal the paper's attention; block top-k equals topk.
+
+Every test here is ``cpu_dependent``: ``.ci/run`` runs them again on an emulated AVX2-only CPU,
+where the bf16 branches meet the oneDNN that refuses bf16 weights, not a monkeypatch.
 """
 
 import copy
@@ -18,6 +21,7 @@ from transformer.attention import MultiHeadAttention, scaled_dot_product_attenti
 from transformer.cpu_kernels import PackedLinears, packing_available, padded_rows, row_topk
 from transformer.search import beam_search, greedy_search
 
+pytestmark = pytest.mark.cpu_dependent
 needs_onednn = pytest.mark.skipif(not packing_available(), reason="this PyTorch build has no oneDNN")
 
 
@@ -135,6 +139,17 @@ def test_without_native_bf16_bf16_is_packed_in_fp32(monkeypatch):
     packed = PackedLinears(enabled=True)
     _bf16_packed_equals_f_linear(packed)
     assert reordered and set(reordered) == {torch.float32}
+
+
+@needs_onednn
+def test_bf16_is_packed_in_what_this_cpu_computes():
+    """No monkeypatch: this CPU's own report decides. bf16 is packed as bf16 where it is native,
+    in fp32 elsewhere (on an AVX2-only CPU oneDNN itself refuses bf16 packing); F.linear's bf16
+    results either way."""
+    packed = PackedLinears(enabled=True)
+    _bf16_packed_equals_f_linear(packed)
+    expected = torch.bfloat16 if hardware.native_bf16() else torch.float32
+    assert {key[-1] for key, _, _ in packed._packs.values()} == {expected}
 
 
 @needs_onednn
