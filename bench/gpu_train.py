@@ -61,9 +61,17 @@ from torch.utils.flop_counter import (  # noqa: E402
 )
 
 from bench.common import ROOT, environment, matmul_peak, median, print_config, print_table, write_json  # noqa: E402
-from bench.train_speed import BOS, EOS, PAD, Sizes, TorchTransformer, build_ours, forward_flops  # noqa: E402
+from bench.train_speed import (  # noqa: E402
+    BOS,
+    EOS,
+    PAD,
+    Sizes,
+    TorchTransformer,
+    build_ours,
+    forward_flops,
+    losses_of,
+)
 from data.batching import TokenBucketBatchSampler  # noqa: E402
-from training.module import token_losses  # noqa: E402
 from transformer.hardware import bf16_capability  # noqa: E402
 
 H100_BF16_DENSE_TFLOPS = 989.0  # H100 SXM5 (and H200) dense bf16 tensor-core peak, NVIDIA's data sheet
@@ -159,9 +167,9 @@ class Runner:
         self.bf16 = args.precision == "bf16"
         fused = self.device.type == "cuda"  # as training's optimizer.fused: null
         self.opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=fused)
-        self.losses = token_losses
+        self.losses = losses_of(name)  # ours: training's own token_losses
         if compiled:
-            self.losses = torch.compile(token_losses, backend=args.compile_backend)
+            self.losses = torch.compile(self.losses, backend=args.compile_backend)
         self.warmup_times: list[float] = []
         self.times: list[float] = []
         self.peak_bytes = 0

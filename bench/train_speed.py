@@ -223,6 +223,26 @@ def forward_flops(s: Sizes, b: int, src_len: int, tgt_len: int) -> float:
 # ----------------------------------------------------------------------------- stepping
 
 
+def logits_losses(
+    model: nn.Module, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, pad_id: int, label_smoothing: float
+) -> Tensor:
+    """``nn.Transformer``'s logits, then the label-smoothed loss on flat (B*T, V) rows: [B, T]."""
+    logits = model(src, tgt_in)  # (B, T, V)
+    return F.cross_entropy(
+        logits.float().flatten(0, 1),
+        tgt_out.flatten(),
+        ignore_index=pad_id,
+        label_smoothing=label_smoothing,
+        reduction="none",
+    ).view_as(tgt_out)
+
+
+def losses_of(name: str):  # noqa: ANN201
+    """The forward-and-loss function of a model by name: ours is training's own
+    (``training.module.token_losses``: the block loss), the torch one ``logits_losses``."""
+    return token_losses if name == "ours" else logits_losses
+
+
 class Runner:
     """One model, its optimizer and its numerics; ``step(batch)`` is one training step."""
 
@@ -241,17 +261,8 @@ class Runner:
         start = time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
-            if self.name == "ours":  # training's own forward and loss (training/module.py)
-                losses = token_losses(self.model, batch["src"], batch["tgt_in"], batch["tgt_out"], PAD, 0.1)
-            else:  # nn.Transformer's logits, then the loss on flat (B*T, V) rows
-                logits = self.model(batch["src"], batch["tgt_in"])
-                losses = F.cross_entropy(
-                    logits.float().flatten(0, 1),
-                    batch["tgt_out"].flatten(),
-                    ignore_index=PAD,
-                    label_smoothing=0.1,
-                    reduction="none",
-                )
+            fn = losses_of(self.name)
+            losses = fn(self.model, batch["src"], batch["tgt_in"], batch["tgt_out"], PAD, 0.1)
             loss = losses.sum() / batch["tokens"]
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
