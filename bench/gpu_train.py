@@ -353,6 +353,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--json", default="gpu_train", help="results: bench/results/<name>.json, or a path")
     args = parser.parse_args()
+    if args.warmup < args.batches:
+        # A batch first seen in a timed round pays for its shape there (the caching allocator's new
+        # blocks, cuBLAS heuristics, a compiled model's recompile). On an H100, 4 shapes after 2
+        # warm-up rounds (2 of them first run while timed) read 168k tokens/s, 2 shorter shapes
+        # after 2 read 344k: how much of that gap is the first runs was not separated.
+        parser.error(f"--warmup {args.warmup} < --batches {args.batches}: each batch must run once untimed")
 
     if args.threads:
         torch.set_num_threads(args.threads)

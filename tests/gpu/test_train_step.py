@@ -33,11 +33,14 @@ def _toy_batch() -> tuple[dict, int]:
 
 
 class RecordSteps(L.Callback):
-    """The loss of every step, and the dtype of the last decoder layer's feed-forward output."""
+    """The loss and the parameters' device of every step, and the dtype of the last decoder layer's
+    feed-forward output. (The device is read during training: at the end of ``fit`` Lightning's
+    ``Strategy.teardown`` moves the module back to the CPU.)"""
 
     def __init__(self, watch_logits: bool) -> None:
         self.watch_logits = watch_logits  # not inside a compiled graph: dynamo would trace the hook
         self.losses: list[float] = []
+        self.devices: set[str] = set()
         self.ffn_dtypes: set[torch.dtype] = set()
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -47,6 +50,7 @@ class RecordSteps(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: ANN001
         self.losses.append(float(outputs["loss"]))
+        self.devices.add(next(pl_module.model.parameters()).device.type)
 
 
 @pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
@@ -67,7 +71,7 @@ def test_auto_precision_training_on_cuda_gives_finite_decreasing_loss(compile):
         enable_model_summary=False,
     )  # fmt: skip
     trainer.fit(module, train_dataloaders=DataLoader([batch] * 80, batch_size=None))
-    assert next(module.model.parameters()).is_cuda
+    assert record.devices == {"cuda"}  # every step ran on the GPU
     # optimizer.fused: null is on for CUDA, unless fp16's loss scaler must unscale before clipping
     assert trainer.optimizers[0].defaults["fused"] is (precision != "16-mixed")
     if compile:
