@@ -96,6 +96,7 @@ class LSHCache:
         self.hashes: Tensor | None = None
         self.ring: Tensor | None = None
         self.count: Tensor | None = None
+        self.slots: Tensor | None = None
 
     def append(self, k: Tensor, v: Tensor, hashes: Tensor) -> Tensor:
         """Stores one position's key and value [rows, heads, 1, d] and its buckets [rows, heads,
@@ -112,6 +113,7 @@ class LSHCache:
             self.count = torch.zeros(
                 rows, heads, self.rounds, self.buckets, dtype=torch.long, device=k.device
             )
+            self.slots = torch.arange(c, device=k.device)  # a bucket's slots, from its first
         elif self.length == self.kv.size(3):
             grown = self.kv.new_empty(2, rows, heads, 2 * self.length, d)
             grown[:, :, :, : self.length] = self.kv
@@ -125,10 +127,11 @@ class LSHCache:
         self.hashes[:, :, p] = hashes[..., 0]
         bucket = hashes  # (rows, heads, R, 1)
         seen = self.count.gather(-1, bucket)  # (rows, heads, R, 1): the bucket's keys before this one
-        self.ring.scatter_(-1, bucket * c + seen % c, p)
+        first = bucket * c  # the bucket's first slot in the ring
+        self.ring.scatter_(-1, first + seen % c, p)
         self.count.scatter_(-1, bucket, seen + 1)
         self.length = p + 1
-        return self.ring.gather(-1, bucket * c + torch.arange(c, device=k.device))  # (rows, heads, R, c)
+        return self.ring.gather(-1, first + self.slots)  # (rows, heads, R, c)
 
     def select(self, rows: Tensor, spare: Tensor | None = None) -> Tensor | None:
         """Keeps rows ``rows`` ([new_rows] indices) in that order (beam search); ``spare`` is passed on.
