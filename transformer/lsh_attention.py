@@ -247,25 +247,22 @@ class LSHAttention(nn.Module):
         (positions, -1 for none; :meth:`LSHCache.append`) -> [rows, H, 1, d]. O(R·c·(d + R))."""
         rows, h, r, c = members.shape
         d = q.size(-1)
-        at = members.clamp(min=0).view(1, rows, h, r * c, 1)
-        # the R·c keys and values of each (row, head): rows of the cache seen as [2, rows·H·room, d]
+        # equation (4) with N_ij, the rounds whose set holds j: Σ_r exp(z_r − z) exp(s − log N −
+        # z_r) = exp(s − log N − z), z the logsumexp over every round's entries, so the rounds
+        # combine to one softmax over the union of the sets, each key once. The order of the
+        # R·c members does not matter to it: sorted, a key in several sets is a run of equal
+        # positions, of which the first is kept (as exp(s − log N) counted N times).
+        members = members.view(rows, h, r * c).sort(-1).values
+        keep = members >= 0  # -1: an empty slot (a bucket with fewer than c keys so far)
+        keep[..., 1:] &= members[..., 1:] != members[..., :-1]
+        # the keys and values of each (row, head): rows of the cache seen as [2, rows·H·room, d]
         # (index_select there took a third of gather's time, which expands the index over d)
         room = state.kv.size(3)
-        flat = at.view(rows, h, r * c) + torch.arange(0, rows * h * room, room, device=q.device).view(rows, h, 1)
-        kv = state.kv.view(2, -1, d).index_select(1, flat.view(-1)).view(2, rows, h, r * c, d)
-        scores = ((q / math.sqrt(d)) @ kv[0].mT).view(rows, h, r, c)
-        # N_ij, the rounds whose set holds j: j shares i's bucket there and is no older than the
-        # oldest of that bucket's last c (a bucket's positions arrive in order)
-        mine = state.hashes[:, :, state.length - 1, None, None]  # (rows, H, 1, 1, R)
-        theirs = state.hashes.gather(2, at[0].expand(rows, h, r * c, r)).view(rows, h, r, c, r)
-        # (a set with an empty slot, -1, is a bucket with fewer than c keys, all of them members)
-        oldest = members.amin(-1)[:, :, None, None]  # (rows, H, 1, 1, R)
-        duplicates = ((theirs == mine) & (members[..., None] >= oldest)).sum(-1)  # (rows, H, R, c)
-        scores = scores - duplicates.log()  # N_ij ≥ 1 for every member (its own round counts)
+        at = members.clamp(min=0) + torch.arange(0, rows * h * room, room, device=q.device).view(rows, h, 1)
+        kv = state.kv.view(2, -1, d).index_select(1, at.view(-1)).view(2, rows, h, r * c, d)
+        scores = ((q / math.sqrt(d)) @ kv[0].mT).view(rows, h, r * c)
         is_self = members == state.length - 1
-        scores = torch.where(members >= 0, scores.masked_fill(is_self, SELF), NEG)
-        # equation (4): Σ_r exp(z_r − z) exp(s − log N − z_r) = exp(s − log N − z), z the
-        # logsumexp over every round's entries: one softmax over the R·c of them
+        scores = torch.where(keep, scores.masked_fill(is_self, SELF), NEG)
         weights = scores.view(rows, h, 1, r * c).softmax(-1)
         if p > 0.0:
             weights = F.dropout(weights, p=p)
