@@ -78,22 +78,21 @@ class LSHCache:
 
     Causal, a query's set P_i in round r is the last c positions up to i of its bucket (the
     module docstring), so each (row, head, round, bucket) keeps the positions of its last c keys
-    in a ring (``ring``), filled as keys arrive: a step reads R·c keys, and neither sorts nor
-    scans the cache, O(R·c·d) a step, against softmax's O(t·d).
+    in a ring (``ring``), filled as keys arrive: a step reads R·c keys (sorting their R·c
+    positions, not the cache) and scans nothing, O(R·c·d) a step, against softmax's O(t·d).
 
     ``kv`` [2, rows, heads, capacity, d]: the normalised keys and the values, preallocated for
     ``capacity`` steps (``new_state``'s ``max_steps``) and written in place (twice the room,
-    copied, if a step goes past it); ``hashes`` [rows, heads, capacity, rounds] their buckets
-    (int16: 2·R bytes a position beside the keys' and values' 8·d); ``ring`` [rows, heads, rounds,
-    (buckets + 1) · c] positions (-1: none yet; bucket ``buckets`` is padding's); ``count`` [rows,
-    heads, rounds, buckets + 1] keys each bucket has had. None before the first step.
+    copied, if a step goes past it); ``ring`` [rows, heads, rounds, (buckets + 1) · c] positions
+    (-1: none yet; bucket ``buckets`` is padding's); ``count`` [rows, heads, rounds, buckets + 1]
+    keys each bucket has had; ``slots`` [c] a bucket's slots from its first. None before the
+    first step. (No position's buckets are kept: a step needs only its own, and its sets.)
     """
 
     def __init__(self, capacity: int, chunk: int, buckets: int, rounds: int) -> None:
         self.capacity, self.chunk, self.buckets, self.rounds = max(capacity, 1), chunk, buckets + 1, rounds
         self.length = 0  # steps stored
         self.kv: Tensor | None = None
-        self.hashes: Tensor | None = None
         self.ring: Tensor | None = None
         self.count: Tensor | None = None
         self.slots: Tensor | None = None
@@ -106,9 +105,6 @@ class LSHCache:
         c = self.chunk
         if self.kv is None:
             self.kv = k.new_empty(2, rows, heads, self.capacity, d)
-            self.hashes = torch.empty(
-                rows, heads, self.capacity, self.rounds, dtype=torch.int16, device=k.device
-            )
             self.ring = torch.full((rows, heads, self.rounds, self.buckets * c), -1, device=k.device)
             self.count = torch.zeros(
                 rows, heads, self.rounds, self.buckets, dtype=torch.long, device=k.device
@@ -118,13 +114,9 @@ class LSHCache:
             grown = self.kv.new_empty(2, rows, heads, 2 * self.length, d)
             grown[:, :, :, : self.length] = self.kv
             self.kv = grown
-            grown = self.hashes.new_empty(rows, heads, 2 * self.length, self.rounds)
-            grown[:, :, : self.length] = self.hashes
-            self.hashes = grown
         p = self.length
         self.kv[0, :, :, p] = k[:, :, 0]
         self.kv[1, :, :, p] = v[:, :, 0]
-        self.hashes[:, :, p] = hashes[..., 0]
         bucket = hashes  # (rows, heads, R, 1)
         seen = self.count.gather(-1, bucket)  # (rows, heads, R, 1): the bucket's keys before this one
         first = bucket * c  # the bucket's first slot in the ring
@@ -144,7 +136,6 @@ class LSHCache:
             old = self.kv
             self.kv = old.new_empty(2, rows.numel(), *old.shape[2:])
             torch.index_select(old[:, :, :, : self.length], 1, rows, out=self.kv[:, :, :, : self.length])
-        self.hashes = self.hashes.index_select(0, rows)
         self.ring, self.count = self.ring.index_select(0, rows), self.count.index_select(0, rows)
         return spare
 
@@ -175,8 +166,6 @@ class LSHAttention(nn.Module):
         window: str = "sliding",
     ) -> None:
         super().__init__()
-        if buckets >= 2**15 - 1:  # LSHCache keeps the buckets as int16
-            raise ValueError(f"LSH attention takes fewer than 32767 buckets, not {buckets}")
         if buckets > 1 and buckets % 2:
             raise ValueError(f"LSH attention needs an even number of buckets (or 1), not {buckets}")
         if window not in WINDOWS:
