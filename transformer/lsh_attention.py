@@ -96,6 +96,7 @@ class LSHCache:
         self.ring: Tensor | None = None
         self.count: Tensor | None = None
         self.slots: Tensor | None = None
+        self.starts: Tensor | None = None
 
     def append(self, k: Tensor, v: Tensor, hashes: Tensor) -> Tensor:
         """Stores one position's key and value [rows, heads, 1, d] and its buckets [rows, heads,
@@ -110,10 +111,12 @@ class LSHCache:
                 rows, heads, self.rounds, self.buckets, dtype=torch.long, device=k.device
             )
             self.slots = torch.arange(c, device=k.device)  # a bucket's slots, from its first
+            self._find_starts()
         elif self.length == self.kv.size(3):
             grown = self.kv.new_empty(2, rows, heads, 2 * self.length, d)
             grown[:, :, :, : self.length] = self.kv
             self.kv = grown
+            self._find_starts()
         p = self.length
         self.kv[0, :, :, p] = k[:, :, 0]
         self.kv[1, :, :, p] = v[:, :, 0]
@@ -137,7 +140,14 @@ class LSHCache:
             self.kv = old.new_empty(2, rows.numel(), *old.shape[2:])
             torch.index_select(old[:, :, :, : self.length], 1, rows, out=self.kv[:, :, :, : self.length])
         self.ring, self.count = self.ring.index_select(0, rows), self.count.index_select(0, rows)
+        self._find_starts()
         return spare
+
+    def _find_starts(self) -> None:
+        """``starts`` [rows, heads, 1]: where each (row, head)'s keys begin in ``kv`` seen as
+        [2, rows·heads·room, d] (a step reads its keys there by one index_select)."""
+        rows, heads, room = self.kv.shape[1:4]
+        self.starts = torch.arange(0, rows * heads * room, room, device=self.kv.device).view(rows, heads, 1)
 
 
 class LSHAttention(nn.Module):
@@ -240,18 +250,18 @@ class LSHAttention(nn.Module):
         # z_r) = exp(s − log N − z), z the logsumexp over every round's entries, so the rounds
         # combine to one softmax over the union of the sets, each key once. The order of the
         # R·c members does not matter to it: sorted, a key in several sets is a run of equal
-        # positions, of which the first is kept (as exp(s − log N) counted N times).
+        # positions, of which one is kept (as exp(s − log N) counted N times).
         members = members.view(rows, h, r * c).sort(-1).values
-        keep = members >= 0  # -1: an empty slot (a bucket with fewer than c keys so far)
-        keep[..., 1:] &= members[..., 1:] != members[..., :-1]
+        drop = members < 0  # -1: an empty slot (a bucket with fewer than c keys so far)
+        drop[..., :-1] |= members[..., :-1] == members[..., 1:]  # each run's last is kept
         # the keys and values of each (row, head): rows of the cache seen as [2, rows·H·room, d]
         # (index_select there took a third of gather's time, which expands the index over d)
-        room = state.kv.size(3)
-        at = members.clamp(min=0) + torch.arange(0, rows * h * room, room, device=q.device).view(rows, h, 1)
+        at = members.clamp(min=0) + state.starts
         kv = state.kv.view(2, -1, d).index_select(1, at.view(-1)).view(2, rows, h, r * c, d)
         scores = ((q / math.sqrt(d)) @ kv[0].mT).view(rows, h, r * c)
-        is_self = members == state.length - 1
-        scores = torch.where(keep, scores.masked_fill(is_self, SELF), NEG)
+        scores.masked_fill_(drop, NEG)
+        # the query's own position is the newest, so the last sorted (the copy kept of its run)
+        scores[..., -1] = SELF
         weights = scores.view(rows, h, 1, r * c).softmax(-1)
         if p > 0.0:
             weights = F.dropout(weights, p=p)
