@@ -257,7 +257,7 @@ class LSHAttention(nn.Module):
         # positions, of which one is kept (as exp(s − log N) counted N times).
         members = members.view(rows, h, r * c).sort(-1).values
         drop = members < 0  # -1: an empty slot (a bucket with fewer than c keys so far)
-        drop[..., :-1] |= members[..., :-1] == members[..., 1:]  # each run's last is kept
+        drop[..., :-1].logical_or_(members[..., :-1] == members[..., 1:])  # each run's last is kept
         # the keys and values of each (row, head): rows of the cache seen as [2, rows·H·room, d]
         # (index_select there took a third of gather's time, which expands the index over d)
         at = members.clamp(min=0) + state.starts
@@ -265,7 +265,7 @@ class LSHAttention(nn.Module):
         scores = ((q / math.sqrt(d)) @ kv[0].mT).view(rows, h, r * c)
         scores.masked_fill_(drop, NEG)
         # the query's own position is the newest, so the last sorted (the copy kept of its run)
-        scores[..., -1] = SELF
+        scores[..., -1].fill_(SELF)
         weights = scores.view(rows, h, 1, r * c).softmax(-1)
         if p > 0.0:
             weights = F.dropout(weights, p=p)
