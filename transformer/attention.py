@@ -372,9 +372,12 @@ class MultiHeadAttention(nn.Module):
         """[batch, len, d_model] -> queries, keys, values, each [batch, heads, len, d_head].
 
         A mechanism whose keys are its queries (``shared_qk``: LSH) gets the queries as keys, and
-        the key rows of ``in_proj`` are not multiplied (a third of the projection's work).
+        the key rows of ``in_proj`` are not multiplied (a third of the projection's work), except
+        for a single position (a decoding step), where one call for all three rows costs less than
+        two calls (each call's overhead outweighs the key rows' work at that size).
         """
-        if getattr(self.mechanism, "shared_qk", False):
+        shared_qk = getattr(self.mechanism, "shared_qk", False)
+        if shared_qk and x.size(1) > 1:
             d, w, b = self.d_model, self.in_proj.weight, self.in_proj.bias
             q = self._split_heads(self._project_q(x))
             return q, q, self._split_heads(self.packed.linear("v", x, w[2 * d :], b[2 * d :]))
@@ -384,7 +387,8 @@ class MultiHeadAttention(nn.Module):
         # layout, in one pass, instead of copying each into [B, T, D] and joining the copies.
         b, t, _ = qkv.shape
         q, k, v = qkv.view(b, t, 3, self.n_heads, self.d_head).unbind(2)  # (B, T, H, Dh) each
-        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        q, v = q.transpose(1, 2), v.transpose(1, 2)
+        return (q, q, v) if shared_qk else (q, k.transpose(1, 2), v)
 
     def _project_q(self, x: Tensor) -> Tensor:
         """[batch, len, d_model] -> queries [batch, len, d_model] (the first third of in_proj)."""
