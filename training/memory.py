@@ -35,6 +35,7 @@ import logging
 import os
 import platform
 import sys
+from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
@@ -103,3 +104,13 @@ def peak_resident_mib() -> float:
         return float("nan")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB elsewhere
+
+
+def resident_mib() -> float:
+    """The process's resident memory now, in MiB (``/proc/self/statm``); NaN where there is no
+    ``/proc`` (macOS, Windows)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20

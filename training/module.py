@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from data.tokenizer import SPECIAL_IDS
 from training.loss import projected_cross_entropy
+from training.memory import peak_resident_mib, resident_mib
 from training.nonfinite import NonFiniteGuard, total_grad_norm
 from training.schedule import inverse_sqrt_factor
 from transformer import Transformer, TransformerConfig
@@ -384,15 +385,20 @@ class TranslationModule(L.LightningModule):
         ppl = float(torch.tensor(nll).exp())
         metrics = {"val/loss": nll, "val/ppl": ppl, "val/bleu": scores.bleu, "val/chrf": scores.chrf}
         self.log_dict(metrics, prog_bar=True, sync_dist=False, rank_zero_only=False)
+        # Where a run's memory goes, validation by validation (results.json has the run's peak).
+        memory = {"memory/resident_mib": resident_mib(), "memory/peak_resident_mib": peak_resident_mib()}
+        self.log_dict(memory, sync_dist=False, rank_zero_only=False)
         if self.trainer.is_global_zero:
             logger.info(
-                "epoch %d validation: loss %.4f ppl %.2f BLEU %.2f chrF %.2f  (%s)",
+                "epoch %d validation: loss %.4f ppl %.2f BLEU %.2f chrF %.2f  (%s); resident %.0f MiB, peak %.0f",
                 self.current_epoch,
                 nll,
                 ppl,
                 scores.bleu,
                 scores.chrf,
                 scores.bleu_signature,
+                memory["memory/resident_mib"],
+                memory["memory/peak_resident_mib"],
             )
 
     def on_test_epoch_end(self) -> None:

@@ -20,6 +20,16 @@ def test_peak_resident_memory_grows_with_what_the_process_touches():
     assert memory.peak_resident_mib() > 64
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc (Linux)")
+def test_resident_memory_rises_with_a_block_and_stays_under_the_peak():
+    before = memory.resident_mib()
+    block = bytearray(64 * 1024 * 1024)  # 64 MiB, written: resident
+    block[::4096] = b"x" * len(block[::4096])
+    held = memory.resident_mib()
+    assert held - before > 56  # the block's pages, give or take what else moved
+    assert held <= memory.peak_resident_mib() + 1  # statm and ru_maxrss round differently
+
+
 @pytest.mark.skipif(
     sys.platform != "linux" or platform.libc_ver()[0] != "glibc", reason="the settings are glibc's"
 )
