@@ -363,7 +363,10 @@ class LinearAttention(nn.Module):
             if keep is not None and not self.favor:
                 fk = fk * keep  # padded keys add nothing
             v1 = with_ones(v.to(wide))  # (B, H, Tk, d+1)
-            if causal:
+            one_step = state is not None and state.sz is not None and q.size(2) == 1
+            if causal and one_step and not torch.is_grad_enabled():  # decoding: the state in place
+                num_den = self._decoding_step(fq, fk, v1, state, stabiliser.chunks if self.favor else None)
+            elif causal:
                 sz0 = state.sz if state is not None else None
                 scales = stabiliser.chunks if self.favor else None
                 scale0 = None if state is None else state.offset
@@ -382,6 +385,33 @@ class LinearAttention(nn.Module):
                 fk = fk * (m - m[..., -1:]).exp().repeat_interleave(c, -1)[..., : k.size(2), None]
             weights = self.implied_weights(fq, fk, causal) if need_weights else None
         return out.to(dtype), weights
+
+    @staticmethod
+    def _decoding_step(
+        fq: Tensor, fk: Tensor, v1: Tensor, state: LinearState, scale: Tensor | None
+    ) -> Tensor:
+        """One decoding position against the state, which is updated in place: [S, Z] += φ(k)[v, 1]ᵀ.
+
+        What :func:`causal_linear` computes for one position, without its copies of the state (a
+        beam of hypotheses holds rows × heads × m × (d + 1) of it, 4x softmax's cache of a short
+        sentence with Performer's 256 features): beam search's memory is the state, not ~4 of it.
+
+        Args:
+            fq, fk: φ(q), φ(k) of the position, [B, H, 1, m]; v1: [v, 1], [B, H, 1, d + 1].
+            state: ``sz`` [B, H, m, d + 1] (made by an earlier step, owned by the state).
+            scale: FAVOR+: this position's stabiliser M, [B, H, 1] (``fk`` is e^(-M) φ(k)); the
+                state, made under ``state.offset``, is rescaled to it. None: no stabiliser.
+
+        Returns:
+            φ(q)ᵀ[S, Z], [B, H, 1, d + 1] (for :func:`normalise`).
+        """
+        sz = state.sz
+        if scale is not None:
+            sz.mul_((state.offset - scale[..., None]).exp())  # (B, H, 1, 1): e^(M_old - M)
+            state.offset = scale[..., -1:, None]
+        b, h, m, e = sz.shape
+        sz.view(b * h, m, e).baddbmm_(fk.reshape(b * h, 1, m).transpose(1, 2), v1.reshape(b * h, 1, e))
+        return fq @ sz
 
     def summarise(self, k: Tensor, v: Tensor, mask: Tensor | None = None) -> tuple[Tensor]:
         """The keys and values reduced to what every query needs: ([S, Z],), [B, H, m, d + 1].
