@@ -94,7 +94,11 @@ def run_one(name: str, role: str, n: int, precision: str, args: argparse.Namespa
             call()
             sync(device)
             times.append(time.perf_counter() - start)
-        peak = (torch.cuda.max_memory_allocated(device) - before) / MIB if device.type == "cuda" else float("nan")
+        peak = (
+            (torch.cuda.max_memory_allocated(device) - before) / MIB
+            if device.type == "cuda"
+            else float("nan")
+        )
         return {"status": "ok", "ms": statistics.median(times) * 1e3, "peak_mib": peak}
     except torch.cuda.OutOfMemoryError:
         return {"status": "OOM"}
@@ -102,13 +106,15 @@ def run_one(name: str, role: str, n: int, precision: str, args: argparse.Namespa
         traceback.print_exc(limit=3)
         return {"status": f"error: {type(err).__name__}: {str(err)[:120]}"}
     finally:
-        del inputs
+        inputs.clear()  # the tensors freed before empty_cache
         if device.type == "cuda":
             torch.cuda.empty_cache()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
     parser.add_argument("--roles", nargs="+", default=list(ROLES), choices=list(ROLES))

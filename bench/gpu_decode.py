@@ -66,21 +66,32 @@ class HFBeam:
             inputs = self.tokenizer([texts[i] for i in batch], return_tensors="pt", padding=True)
             n = limit(max(lengths[i] for i in batch))
             ids = self.model.generate(
-                **inputs.to(self.device), num_beams=BEAM, length_penalty=ALPHA, max_length=n + 1, do_sample=False
+                **inputs.to(self.device),
+                num_beams=BEAM,
+                length_penalty=ALPHA,
+                max_length=n + 1,
+                do_sample=False,
             )
-            for i, text in zip(batch, self.tokenizer.batch_decode(ids, skip_special_tokens=True), strict=True):
+            for i, text in zip(
+                batch, self.tokenizer.batch_decode(ids, skip_special_tokens=True), strict=True
+            ):
                 out[i] = text
         return out
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--checkpoint", required=True, help="a training checkpoint (e.g. averaged.ckpt)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--reps", type=int, default=3, help="timed repetitions of each system (median)")
     parser.add_argument("--sentences", type=int, default=0, help="first N test sentences (0: all)")
     parser.add_argument(
-        "--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="hypothesis tokens per batch (translate.py's)"
+        "--max-tokens",
+        type=int,
+        default=DEFAULT_MAX_TOKENS,
+        help="hypothesis tokens per batch (translate.py's)",
     )
     add_json_option(parser, "gpu_decode")
     args = parser.parse_args()
@@ -132,7 +143,9 @@ def main() -> None:
     rows = []
     for name, out in outputs.items():
         bleu, speed = corpus_scores(out, refs).bleu, n / median(times[name])
-        rows.append([name, f"{bleu:.2f}", f"{speed:.1f}", f"{speed / (n / median(times['HF generate'])):.2f}"])
+        rows.append(
+            [name, f"{bleu:.2f}", f"{speed:.1f}", f"{speed / (n / median(times['HF generate'])):.2f}"]
+        )
         results[name] = {"bleu": bleu, "sentences_per_s": speed, "all_seconds": times[name]}
     same = sum(a == b for a, b in zip(outputs["ours"], outputs["HF generate"], strict=True))
     results["identical_outputs"] = same

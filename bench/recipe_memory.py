@@ -64,9 +64,13 @@ def run(mechanism: str, args: argparse.Namespace, runs_dir: Path) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--mechanisms", nargs="+", default=list(MECHANISMS), choices=list(MECHANISMS))
-    parser.add_argument("--updates", type=int, default=150, help="training updates per run (trainer.max_steps)")
+    parser.add_argument(
+        "--updates", type=int, default=150, help="training updates per run (trainer.max_steps)"
+    )
     parser.add_argument("--eval-batches", type=int, default=3, help="validation and test batches per run")
     add_json_option(parser, "recipe_memory")
     args = parser.parse_args()
@@ -88,8 +92,19 @@ def main() -> None:
         ratio = r["peak_resident_mib"] / base if base else float("nan")
         verdict = "met" if ratio <= 2.0 and r["peak_resident_mib"] <= LIMIT_MIB else "not met"
         r["vs_softmax"] = ratio
-        rows.append([mechanism, f"{r['peak_resident_mib']:,.0f}", ratio, r["tokens_per_s"], f"{r['seconds']:.0f}", verdict])
-    print_table(["mechanism", "peak MiB", "x softmax", "last tok/s", "wall s", "≤ 2x softmax and ≤ 1.5 GiB"], rows)
+        rows.append(
+            [
+                mechanism,
+                f"{r['peak_resident_mib']:,.0f}",
+                ratio,
+                r["tokens_per_s"],
+                f"{r['seconds']:.0f}",
+                verdict,
+            ]
+        )
+    print_table(
+        ["mechanism", "peak MiB", "x softmax", "last tok/s", "wall s", "≤ 2x softmax and ≤ 1.5 GiB"], rows
+    )
     write_json(args.json, {"config": config, "results": results})
 
 

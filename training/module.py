@@ -390,7 +390,8 @@ class TranslationModule(L.LightningModule):
         self.log_dict(memory, sync_dist=False, rank_zero_only=False)
         if self.trainer.is_global_zero:
             logger.info(
-                "epoch %d validation: loss %.4f ppl %.2f BLEU %.2f chrF %.2f  (%s); resident %.0f MiB, peak %.0f",
+                "epoch %d validation: loss %.4f ppl %.2f BLEU %.2f chrF %.2f  (%s); "
+                "resident %.0f MiB, peak %.0f",
                 self.current_epoch,
                 nll,
                 ppl,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.common import MULTI30K_DIR
-from tests.translation.export.conftest import toy_checkpoints  # noqa: F401 (a fixture)
+from tests.translation.export.conftest import toy_checkpoints  # noqa: F401, F811 (a fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -19,7 +19,18 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 def test_gpu_attention_smoke_reports_every_mechanism_and_role(tmp_path):
     out = tmp_path / "gpu_attention.json"
-    args = ["--device", "cpu", "--lengths", "64", "--precisions", "fp32", "--repeats", "1", "--json", str(out)]
+    args = [
+        "--device",
+        "cpu",
+        "--lengths",
+        "64",
+        "--precisions",
+        "fp32",
+        "--repeats",
+        "1",
+        "--json",
+        str(out),
+    ]
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "gpu_attention.py"), *args],
         capture_output=True, text=True, timeout=300, env=ENV,
@@ -40,12 +51,24 @@ def test_gpu_attention_smoke_reports_every_mechanism_and_role(tmp_path):
 @pytest.mark.transformers
 @pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
 @pytest.mark.skipif(
-    not (MULTI30K_DIR / "test_2016_flickr.de.gz").is_file(), reason=f"needs the Multi30k corpus in {MULTI30K_DIR}"
+    not (MULTI30K_DIR / "test_2016_flickr.de.gz").is_file(),
+    reason=f"needs the Multi30k corpus in {MULTI30K_DIR}",
 )
-def test_gpu_decode_smoke_compares_ours_with_hugging_face(tmp_path, toy_checkpoints):
-    pytest.importorskip("transformers", reason='needs the export extra: python3 -m pip install -e ".[export]"')
+def test_gpu_decode_smoke_compares_ours_with_hugging_face(tmp_path, toy_checkpoints):  # noqa: F811
+    pytest.importorskip(
+        "transformers", reason='needs the export extra: python3 -m pip install -e ".[export]"'
+    )
     out = tmp_path / "gpu_decode.json"
-    args = ["--checkpoint", str(toy_checkpoints["joint"]), "--device", "cpu", "--sentences", "4", "--reps", "1"]
+    args = [
+        "--checkpoint",
+        str(toy_checkpoints["joint"]),
+        "--device",
+        "cpu",
+        "--sentences",
+        "4",
+        "--reps",
+        "1",
+    ]
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "gpu_decode.py"), *args, "--json", str(out)],
         capture_output=True, text=True, timeout=300, env=ENV,

@@ -35,6 +35,9 @@ def test_gpu_train_bench_smoke_runs_on_the_cpu(tmp_path):
 def test_gpu_train_refuses_batches_first_seen_while_timed():
     args = ["--device", "cpu", "--models", "tiny", "--steps", "2", "--warmup", "1", "--batches", "2"]
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "gpu_train.py"), *args], capture_output=True, text=True, timeout=120
+        [sys.executable, str(ROOT / "bench" / "gpu_train.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2 and "--warmup 1 < --batches 2" in proc.stderr

@@ -31,7 +31,9 @@ block[::4096] = b"x" * len(block[::4096])
 held = memory.resident_mib()
 print(held - before, memory.peak_resident_mib() + 1 - held)
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=99
+    )
     grew, margin = (float(x) for x in done.stdout.split())
     assert grew > 56  # the block's pages, give or take what else moved
     assert margin >= 0  # resident now <= the peak so far (statm and ru_maxrss round differently)
