@@ -393,8 +393,9 @@ class LinearAttention(nn.Module):
         """One decoding position against the state, which is updated in place: [S, Z] += φ(k)[v, 1]ᵀ.
 
         What :func:`causal_linear` computes for one position, without its copies of the state (a
-        beam of hypotheses holds rows × heads × m × (d + 1) of it, 4x softmax's cache of a short
-        sentence with Performer's 256 features): beam search's memory is the state, not ~4 of it.
+        beam of hypotheses holds rows × heads × m × (d + 1) of it: 0.8 MiB a hypothesis of the
+        recipe's model with Performer's 256 features): beam search's memory is the state, not ~4
+        of it.
 
         Args:
             fq, fk: φ(q), φ(k) of the position, [B, H, 1, m]; v1: [v, 1], [B, H, 1, d + 1].
