@@ -62,7 +62,7 @@ def _running(pid_file: Path) -> bool:
     stat = Path(f"/proc/{pid_file.read_text()}/stat")
     try:
         return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or reaped during the read
         return False
 
 

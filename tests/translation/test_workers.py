@@ -116,7 +116,7 @@ def alive(pid: int) -> bool:
     """The process exists and is not a zombie."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or reaped during the read
         return False
     return "\nState:\tZ" not in status
 
