@@ -95,6 +95,23 @@ def configure_allocators() -> bool:
     return all(done)
 
 
+def release_free_memory() -> bool:
+    """Gives the free pages of glibc's heap back to the kernel (``malloc_trim(0)``); returns
+    whether glibc did (False elsewhere, and where nothing was free).
+
+    :func:`configure_allocators` has glibc keep what a step frees, so that the next step reuses
+    it without faulting it in again; but blocks of shapes that came once (a long batch, the
+    validation's search) stay resident as holes that later steps do not fit into, and the process
+    creeps upward over a run. Called between the stages of a run (after each validation, before
+    the test): the pages the next step touches again cost a fault each, once per stage, a fraction
+    of a second against the ~100 s of an epoch.
+    """
+    libc = _glibc()
+    if libc is None:
+        return False
+    return bool(libc.malloc_trim(0))
+
+
 def peak_resident_mib() -> float:
     """The process's peak resident memory so far (``getrusage``'s ``ru_maxrss``), in MiB; NaN on
     Windows, which has no ``resource`` module."""

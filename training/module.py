@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from data.tokenizer import SPECIAL_IDS
 from training.loss import projected_cross_entropy
-from training.memory import peak_resident_mib, resident_mib
+from training.memory import peak_resident_mib, release_free_memory, resident_mib
 from training.nonfinite import NonFiniteGuard, total_grad_norm
 from training.schedule import inverse_sqrt_factor
 from transformer import Transformer, TransformerConfig
@@ -32,6 +32,13 @@ from transformer.search import DecodingConfig, beam_search, greedy_search
 from translation.metrics import CorpusScores, corpus_scores
 
 logger = logging.getLogger(__name__)
+
+# Hypothesis tokens (rows * beam size * padded source length) searched at once in validation and
+# test: translate.py's budget (translation/translator.py, DEFAULT_MAX_TOKENS), which bounds the
+# decoder state a search holds whatever the beam size. A 4,096-token test batch searched whole
+# with beam 5 holds ~1,300 hypotheses: 1 GiB of state with the Performer's 0.8 MiB a hypothesis
+# (BENCHMARKS.md, "Memory").
+DECODING_TOKENS = 3072
 
 DEFAULT_OPTIMIZER = {
     "lr": 5e-4,
@@ -327,6 +334,18 @@ class TranslationModule(L.LightningModule):
     # --------------------------------------------------------- validation / test
 
     def _decode(self, src: Tensor, beam_size: int) -> list[list[int]]:
+        """The search's outputs for ``src`` [batch, src_len], in pieces of at most
+        ``DECODING_TOKENS`` hypothesis tokens (rows * beam * src_len): an evaluation batch is
+        sized for the loss (``data.eval_max_tokens``), and a beam search over all of it holds
+        beam_size times its rows of decoder state (see ``DECODING_TOKENS``)."""
+        rows = max(1, DECODING_TOKENS // (beam_size * src.size(1)))
+        return [
+            out
+            for start in range(0, src.size(0), rows)
+            for out in self._search(src[start : start + rows], beam_size)
+        ]
+
+    def _search(self, src: Tensor, beam_size: int) -> list[list[int]]:
         d = self.decoding
         if beam_size <= 1:
             return greedy_search(self.model, src, self.bos_id, self.eos_id, d.max_len_a, d.max_len_b)
@@ -347,6 +366,14 @@ class TranslationModule(L.LightningModule):
         outputs = self._decode(batch["src"], beam_size)
         for i, id_ in enumerate(batch["ids"].tolist()):
             self._eval_records.append((id_, float(nll[i]), int(n_tokens[i]), outputs[i]))
+
+    def on_validation_end(self) -> None:
+        # After the epoch's checkpoint (callbacks' hooks run first): what validation held, and the
+        # holes training's batches left, go back to the kernel (training/memory.py).
+        release_free_memory()
+
+    def on_test_start(self) -> None:
+        release_free_memory()  # training's and averaging's freed memory, before the search
 
     def on_validation_epoch_start(self) -> None:
         self._eval_records = []
