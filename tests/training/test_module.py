@@ -185,3 +185,26 @@ def test_a_checkpoint_of_two_ranks_gives_each_rank_its_own_rng_and_warns_on_anot
         assert "no longer be bit-exact" in caplog.text
         set_rng_states({"torch": states[1]["torch"]}, 0, 1, cpu)  # a checkpoint from before per-rank states
         assert torch.equal(torch.rand(3), expected[1])
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_evaluation_searches_in_pieces_give_the_whole_batchs_outputs(monkeypatch, beam_size):
+    """Validation and test search a batch in pieces of DECODING_TOKENS hypothesis tokens (rows *
+    beam * source length): the outputs are the whole batch's, in its order."""
+    import training.module as module_file
+
+    batch, _, vocab = _toy_batch()
+    torch.manual_seed(0)
+    module = TranslationModule(_tiny(vocab), decoding={"max_len_b": 6}).eval()
+    src = batch["src"]  # (10, S)
+    searched = []
+    search = module._search
+    monkeypatch.setattr(module, "_search", lambda s, b: searched.append(s.size(0)) or search(s, b))
+    with torch.no_grad():
+        monkeypatch.setattr(module_file, "DECODING_TOKENS", 10**6)
+        whole = module._decode(src, beam_size)
+        monkeypatch.setattr(module_file, "DECODING_TOKENS", 3 * beam_size * src.size(1))
+        pieces = module._decode(src, beam_size)
+    assert searched == [10, 3, 3, 3, 1]
+    assert pieces == whole
+    assert len(whole) == 10
