@@ -176,7 +176,8 @@ def causal_linear(
     chunk: int,
     scales: Tensor | None = None,
     scale0: Tensor | None = None,
-) -> tuple[Tensor, Tensor]:
+    need_state: bool = True,
+) -> tuple[Tensor, Tensor | None]:
     """Causal linear attention by prefix sums, ``chunk`` positions at a time.
 
     Args:
@@ -186,11 +187,16 @@ def causal_linear(
         scales: FAVOR+: the keys' stabiliser M_c of each chunk, [B, H, nc] (``fk`` of chunk c is
             e^(-M_c) φ(k)), nondecreasing; the sums of earlier chunks are rescaled to it. None: 0.
         scale0: the stabiliser ``sz0`` was made under, [B, H, 1, 1] (None: 0).
+        need_state: whether the state after the last position is wanted (decoding) or not
+            (training: with one chunk and no ``sz0``, no [B, H, m, d + 1] sum is then made at all,
+            where the m × (d + 1) state of each sequence outweighs its T × C triangle: at T = 16
+            and Performer's m = 256, 65 times).
 
     Returns:
         Σ_{j≤i} (φ(q_i)·φ(k_j)) [v_j, 1], [B, H, T, d + 1] (numerators and normalisers, for
         :func:`normalise`; each query's pair scaled by its chunk's e^(-M_c)), and the state [S, Z]
-        after the last position (scaled by the last chunk's e^(-M)).
+        after the last position (scaled by the last chunk's e^(-M)), or None without
+        ``need_state``.
     """
     b, h, t, m = fq.shape
     c = min(chunk, t)
@@ -199,6 +205,10 @@ def causal_linear(
     fq_, fk_, v1_ = (
         (F.pad(x, (0, 0, 0, pad)) if pad else x).view(b, h, nc, c, x.size(-1)) for x in (fq, fk, v1)
     )
+    a = (fq_ @ fk_.transpose(-2, -1)).tril_()  # (B, H, nc, C, C): φ(q_i)·φ(k_j), j ≤ i in the chunk
+    if nc == 1 and sz0 is None:  # nothing before this chunk: the triangle is the whole sum
+        num_den = (a @ v1_).view(b, h, c, -1)[:, :, :t]  # (B, H, T, d+1)
+        return num_den, (fk_.transpose(-2, -1) @ v1_)[:, :, -1] if need_state else None
     kv = fk_.transpose(-2, -1) @ v1_  # (B, H, nc, m, d+1): each chunk's Σ φ(k)[v, 1]ᵀ
     # The sums over all earlier chunks (exclusive prefix sums): equation (10) across chunks.
     decay = None
@@ -212,9 +222,8 @@ def causal_linear(
         else:
             sz0 = sz0[:, :, None]
         before = before + sz0
-    a = (fq_ @ fk_.transpose(-2, -1)).tril_()  # (B, H, nc, C, C): φ(q_i)·φ(k_j), j ≤ i in the chunk
     num_den = (fq_ @ before).add_(a @ v1_).view(b, h, nc * c, -1)[:, :, :t]  # (B, H, T, d+1)
-    return num_den, before[:, :, -1] + kv[:, :, -1]
+    return num_den, before[:, :, -1] + kv[:, :, -1] if need_state else None
 
 
 class FavorKeySums(torch.autograd.Function):
@@ -370,7 +379,7 @@ class LinearAttention(nn.Module):
                 sz0 = state.sz if state is not None else None
                 scales = stabiliser.chunks if self.favor else None
                 scale0 = None if state is None else state.offset
-                num_den, sz = causal_linear(fq, fk, v1, sz0, self.chunk, scales, scale0)
+                num_den, sz = causal_linear(fq, fk, v1, sz0, self.chunk, scales, scale0, state is not None)
                 if state is not None:
                     state.sz = sz
                     if scales is not None:

@@ -74,6 +74,34 @@ def test_prefix_sums_continue_from_a_state():
     torch.testing.assert_close(sz2, sz)
 
 
+@pytest.mark.parametrize("length", [4, 10])  # one chunk (the triangle alone), and three
+def test_prefix_sums_without_the_state_are_the_same_sums(length):
+    fq, fk = torch.rand(2, 2, length, 6), torch.rand(2, 2, length, 6)
+    v1 = with_ones(torch.randn(2, 2, length, 3))
+    with_state, sz = causal_linear(fq, fk, v1, None, chunk=4)
+    without, none = causal_linear(fq, fk, v1, None, chunk=4, need_state=False)
+    torch.testing.assert_close(without, with_state)
+    assert none is None
+    scores = (fq @ fk.transpose(-2, -1)).tril()  # (B, H, T, T): φ(q_i)·φ(k_j), j ≤ i
+    torch.testing.assert_close(with_state, scores @ v1)  # the definition, written out
+    torch.testing.assert_close(sz, fk.transpose(-2, -1) @ v1)  # Σ_j φ(k_j)[v_j, 1]ᵀ
+
+
+def test_causal_training_makes_no_state_for_a_short_sequence():
+    """Training (no decoding state) on a sequence within one chunk holds no [B, H, m, d + 1] sum:
+    with Performer's m = 256 it is 16x the sequence's own [T, m] features at T = 16."""
+    from bench.storage_meter import StorageMeter
+
+    attention = LinearAttention(FavorFeatureMap(64, 256), chunk=64).train()
+    q, k, v = (torch.randn(8, 4, 16, 64, requires_grad=True) for _ in range(3))
+    with StorageMeter() as meter:
+        out, _ = attention(q, k, v, causal=True)
+        out.sum().backward()
+    state_bytes = 8 * 4 * 256 * 65 * 4  # 2.1 MB
+    # The features, the triangle and the gradients: 3.5 MB; with the state and its zero prefix, 8.1.
+    assert meter.peak_bytes < 2 * state_bytes, (meter.peak_bytes, state_bytes)
+
+
 @pytest.mark.parametrize("chunks", [1, 2, 5])
 def test_exclusive_prefix_sums_and_their_gradient(chunks):
     x = torch.randn(2, 3, chunks, 4, 5, dtype=torch.float64, requires_grad=True)
