@@ -21,7 +21,8 @@ padded positions to none, so padded queries and keys contribute nothing to the l
 padded keys nothing to softmax(Q̃Kᵀ). With m ≥ L every token is its own segment (the landmarks
 are the queries and keys themselves, the rest empty), and Ŝ = S up to the pseudo-inverse's
 iteration. An empty segment's landmark is masked as a key and given an identity row in A, so
-it drops out of the product. Without padding, and with n a multiple of m, the segments are
+it drops out of the product; a sequence of n < m positions is therefore taken with n landmarks.
+Without padding, and with n a multiple of m, the segments are
 equal runs of n/m positions and their means are taken by a reshape, without the n × m one-hot
 products (the same landmarks). Computed in fp32 whatever the autocast (the iteration would not
 converge in bf16).
@@ -94,7 +95,11 @@ class NystromAttention(nn.Module):
         if q.size(2) != k.size(2):
             raise ValueError(f"nystrom attention is self-attention: {q.size(2)} queries, {k.size(2)} keys")
         b, _, n, d = q.shape
-        m = self.landmarks
+        # No more landmarks than positions: with m ≥ L every token is its own segment and the
+        # other landmarks are empty, each an identity row of A that drops out of the product, so
+        # m = n gives the same output without the m × m iteration's memory (at n = 16 with the
+        # default 64 landmarks, 8x less for the layer).
+        m = min(self.landmarks, n)
         dtype = v.dtype
         with torch.autocast(q.device.type, enabled=False):
             q, k, v = q.float(), k.float(), v.float()
