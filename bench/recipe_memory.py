@@ -131,7 +131,9 @@ def main() -> None:
             rows.append([mechanism, shown, "-", "-", f"{r['seconds']:.0f}", "not met"])
             continue
         ratio = r["peak_resident_mib"] / base if base else float("nan")
-        verdict = "met" if ratio <= 2.0 and r["peak_resident_mib"] <= LIMIT_MIB else "not met"
+        # Issue 42: softmax's own peak within 1.5 GiB, every other mechanism's within 2x softmax's.
+        within = r["peak_resident_mib"] <= LIMIT_MIB if mechanism == "softmax" else ratio <= 2.0
+        verdict = "met" if within else "not met"
         r["vs_softmax"] = ratio
         rows.append(
             [
@@ -144,7 +146,15 @@ def main() -> None:
             ]
         )
     print_table(
-        ["mechanism", "peak MiB", "x softmax", "last tok/s", "wall s", "≤ 2x softmax and ≤ 1.5 GiB"], rows
+        [
+            "mechanism",
+            "peak MiB",
+            "x softmax",
+            "last tok/s",
+            "wall s",
+            "softmax ≤ 1.5 GiB, others ≤ 2x softmax",
+        ],
+        rows,
     )
     write_json(args.json, {"config": config, "results": results})
 

@@ -26,7 +26,7 @@ from torch import Tensor
 
 # Rows per block: 512 rows of 8,000 fp32 logits are 16 MB at a time. On the recipe's model (bf16,
 # 2 threads, Emerald Rapids) a training step with 512-row blocks peaked at 368 MiB of tensor
-# storage against 486 MiB with 2,048 rows, and ran 2-5% faster (BENCHMARKS.md, "Memory"); 128
+# storage against 486 MiB with 2,048 rows, and ran 2-6% faster (BENCHMARKS.md, "Memory"); 128
 # rows saved little more (341 MiB) and were no faster than 2,048.
 BLOCK_ROWS = 512
 
