@@ -30,15 +30,15 @@ from training.schedule import inverse_sqrt_factor
 from transformer import Transformer, TransformerConfig
 from transformer.search import DecodingConfig, beam_search, greedy_search
 from translation.metrics import CorpusScores, corpus_scores
+from translation.translator import DEFAULT_MAX_TOKENS
 
 logger = logging.getLogger(__name__)
 
 # Hypothesis tokens (rows * beam size * padded source length) searched at once in validation and
-# test: translate.py's budget (translation/translator.py, DEFAULT_MAX_TOKENS), which bounds the
-# decoder state a search holds whatever the beam size. A 4,096-token test batch searched whole
-# with beam 5 holds ~1,300 hypotheses: 1 GiB of state with the Performer's 0.8 MiB a hypothesis
-# (BENCHMARKS.md, "Memory").
-DECODING_TOKENS = 3072
+# test: translate.py's budget, which bounds the decoder state a search holds whatever the beam
+# size. A 4,096-token test batch searched whole with beam 5 holds ~1,300 hypotheses: 1 GiB of
+# state with the Performer's 0.8 MiB a hypothesis (BENCHMARKS.md, "Memory").
+DECODING_TOKENS = DEFAULT_MAX_TOKENS
 
 DEFAULT_OPTIMIZER = {
     "lr": 5e-4,

@@ -22,10 +22,9 @@ padded keys nothing to softmax(Q̃Kᵀ). With m ≥ L every token is its own seg
 are the queries and keys themselves, the rest empty), and Ŝ = S up to the pseudo-inverse's
 iteration. An empty segment's landmark is masked as a key and given an identity row in A, so
 it drops out of the product; a sequence of n < m positions is therefore taken with n landmarks.
-Without padding, and with n a multiple of m, the segments are
-equal runs of n/m positions and their means are taken by a reshape, without the n × m one-hot
-products (the same landmarks). Computed in fp32 whatever the autocast (the iteration would not
-converge in bf16).
+Without padding, and with n a multiple of m, the segments are equal runs of n/m positions and
+their means are taken by a reshape, without the n × m one-hot products (the same landmarks).
+Computed in fp32 whatever the autocast (the iteration would not converge in bf16).
 
 Encoder self-attention only (``mechanisms.REFUSED``): the landmarks average over the whole
 sequence, later positions included, so it is not causal; cross-attention would need landmarks
