@@ -25,7 +25,8 @@ counted over the windows attended, not over shared buckets). With it the rounds 
 softmax over the union of the sets exactly, which the tests enumerate directly.
 
 With one bucket, one round and chunks covering the sequence, this is shared-QK softmax attention
-exactly (:func:`shared_qk_attention`). Cost: O(r·n·c·d) time and O(r·n·c) memory for r rounds,
+exactly (:func:`shared_qk_attention`). Cost: O(r·n·c·d) time and O(r·n·c) memory for r rounds and
+chunks of c = min(chunk, n) (a sentence shorter than a chunk is one chunk of its own length),
 plus the sort, O(r·n log n). Rotations are drawn once, at construction, and saved with the model
 (a fixed hash, so a sentence hashes the same alone, in a batch and step by step). Padded
 positions get a bucket of their own, sorted after every real one, so they share no chunk
@@ -303,7 +304,9 @@ class LSHAttention(nn.Module):
     def _chunked(self, q: Tensor, k: Tensor, v: Tensor, hashes: Tensor, causal: bool, p: float) -> Tensor:
         """Sort by (bucket, position), attend on chunks of c sorted queries, unsort, combine rounds."""
         b, h, n, d = q.shape
-        r, c = self.rounds, self.chunk
+        # A chunk longer than the sequence would be mostly padding: with n <= c every sorted index
+        # is within c of every other, so P_i is all of i's bucket with chunks of c or of n alike.
+        r, c = self.rounds, min(self.chunk, n)
         order = (hashes * n + torch.arange(n, device=q.device)).argsort(-1)  # (B, H, R, n): equation (3)
 
         def sort(x: Tensor) -> Tensor:  # (B, H, n, e) -> (B, H, R, n, e), in each round's order
@@ -312,7 +315,8 @@ class LSHAttention(nn.Module):
 
         nc = math.ceil(n / c)
         pad = nc * c - n
-        before, after = c, 0 if causal or self.window == "chunks" else c
+        reach = c if nc > 1 else 0  # one chunk has no neighbour to see
+        before, after = reach, 0 if causal or self.window == "chunks" else reach
         span = before + c + after  # keys of a chunk of queries: its chunk and the neighbours
 
         def as_queries(x: Tensor, fill: float) -> Tensor:  # (..., n, e) -> (..., nc, c, e)
@@ -339,7 +343,7 @@ class LSHAttention(nn.Module):
         keep = same.squeeze(-2) & (near & ~is_self)  # (B, H, R, nc, c, span): in P_i, not i itself
         undo = order.argsort(-1)  # (B, H, R, n): each position's sorted index in each round
         if r > 1:  # N_ij: the rounds in whose P_i j is (1 with one round: log 1 = 0)
-            scores = scores.sub_(self._duplicates(hashes, undo, sort, as_queries, as_keys, causal).log_())
+            scores = scores.sub_(self._duplicates(hashes, undo, sort, as_queries, as_keys, causal, c).log_())
         scores = torch.where(keep, scores, fill)
         z = scores.logsumexp(-1, keepdim=True)  # (B, H, R, nc, c, 1): z_r(i)
         weights = (scores - z).exp_()
@@ -353,14 +357,13 @@ class LSHAttention(nn.Module):
         share = z.softmax(2)  # exp(z_r(i) − z(i)): equation (4)'s rounds (softmax: exact at SELF)
         return (share[..., None] * out).sum(2)
 
-    def _duplicates(self, hashes, undo, sort, as_queries, as_keys, causal: bool) -> Tensor:
+    def _duplicates(self, hashes, undo, sort, as_queries, as_keys, causal: bool, c: int) -> Tensor:
         """N_ij of :meth:`_chunked`'s scores, [B, H, R, nc, c, span], at least 1: for the key j
         that round r puts in query i's span, the rounds r' in which j ∈ P_i^(r'), the same bucket
         and within the window of i in r''s sorted order (the paper's N_ij, counted over the sets
         attended, not over shared buckets: a key that shares i's bucket in another round but lies
-        outside its window there is attended once). Bool comparisons of [c] against [span] per
-        round, summed in float: exact small integers."""
-        c = self.chunk
+        outside its window there is attended once). ``c``: the chunk :meth:`_chunked` uses. Bool
+        comparisons of [c] against [span] per round, summed in float: exact small integers."""
         sorted_hashes = sort(hashes.transpose(-2, -1))  # (B, H, R, n, R): every round's bucket
         sorted_index = sort(undo.to(torch.int32).transpose(-2, -1))  # every round's sorted index
         hq, hk = as_queries(sorted_hashes, -1), as_keys(sorted_hashes, -2)  # (.., c, R), (.., R, span)

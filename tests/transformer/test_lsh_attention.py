@@ -38,7 +38,7 @@ def test_a_token_attends_to_itself_only_when_nothing_else_is_allowed():
 
 @CAUSAL
 @pytest.mark.parametrize(
-    ("buckets", "rounds", "chunk"), [(4, 1, 3), (4, 3, 2), (8, 2, 4), (2, 2, 1)], ids=str
+    ("buckets", "rounds", "chunk"), [(4, 1, 3), (4, 3, 2), (8, 2, 4), (2, 2, 1), (4, 2, 20)], ids=str
 )
 def test_sorted_chunks_compute_the_pattern_written_out(causal, buckets, rounds, chunk):
     """The chunked computation == the sets P_i written out as an n × n matrix (need_weights)."""
@@ -236,3 +236,30 @@ def test_decoding_reads_a_fixed_number_of_keys_and_never_copies_the_cache():
         assert torch.isfinite(out).all()
     assert len(storages) == 1 and state.length == 40
     assert state.ring.shape == (1, 2, 2, 5 * 3)  # per round, each bucket's (and padding's) last c
+
+
+@CAUSAL
+@pytest.mark.parametrize("window", ["sliding", "chunks"])
+def test_a_chunk_longer_than_the_sequence_costs_what_the_sequence_does(causal, window):
+    """With n <= c every query's set is its whole bucket, so chunks of 512 on 16 tokens compute
+    what chunks of 16 do (outputs and gradients), in the same memory: no padding to 512 and no
+    neighbouring chunks (they held ~48x the scores of a recipe batch's 16-piece sentences)."""
+    from bench.storage_meter import StorageMeter
+
+    if causal and window == "chunks":
+        pytest.skip("the chunks window is for the encoder")
+    torch.manual_seed(0)
+    q, k, v = _qkv(b=6, h=4, n=16, d=16)
+    mask = _key_mask(16, (16, 12, 9, 16, 3, 1))
+    outputs, grads, peaks = {}, {}, {}
+    for chunk in (512, 16):
+        attention = LSHAttention(16, buckets=4, rounds=2, chunk=chunk, window=window)
+        attention.rotations.copy_(torch.randn(16, 2, 2, generator=torch.Generator().manual_seed(1)))
+        qg = q.clone().requires_grad_()
+        with StorageMeter() as meter:
+            out, _ = attention(qg, k, v, mask, causal)
+            out.sum().backward()
+        outputs[chunk], grads[chunk], peaks[chunk] = out, qg.grad, meter.peak_bytes
+    torch.testing.assert_close(outputs[512], outputs[16], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(grads[512], grads[16], atol=1e-6, rtol=1e-5)
+    assert peaks[512] <= peaks[16] * 1.05, peaks
