@@ -83,12 +83,14 @@ class LSHCache:
     in a ring (``ring``), filled as keys arrive: a step reads R·c keys (sorting their R·c
     positions, not the cache) and scans nothing, O(R·c·d) a step, against softmax's O(t·d).
 
-    ``kv`` [2, rows, heads, capacity, d]: the normalised keys and the values, preallocated for
-    ``capacity`` steps (``new_state``'s ``max_steps``) and written in place (twice the room,
-    copied, if a step goes past it); ``ring`` [rows, heads, rounds, (buckets + 1) · c] positions
-    (-1: none yet; bucket ``buckets`` is padding's); ``count`` [rows, heads, rounds, buckets + 1]
-    keys each bucket has had; ``slots`` [c] a bucket's slots from its first. None before the
-    first step. (No position's buckets are kept: a step needs only its own, and its sets.)
+    ``kv`` [rows, heads, capacity, 2d]: each position's normalised key and value side by side (one
+    write a step, one read of both), preallocated for ``capacity`` steps (``new_state``'s
+    ``max_steps``) and written in place (twice the room, copied, if a step goes past it);
+    ``ring`` [rows, heads, rounds, (buckets + 1) · c] positions (-1: none yet; bucket ``buckets``
+    is padding's); ``count`` [rows, heads, rounds, buckets + 1] keys each bucket has had;
+    ``slots`` [c] a bucket's slots from its first; ``rotations`` the layer's
+    :meth:`LSHAttention.signed_rotations`. None before the first step. (No position's buckets
+    are kept: a step needs only its own, and its sets.)
     """
 
     def __init__(self, capacity: int, chunk: int, buckets: int, rounds: int) -> None:
@@ -99,6 +101,7 @@ class LSHCache:
         self.count: Tensor | None = None
         self.slots: Tensor | None = None
         self.starts: Tensor | None = None
+        self.rotations: Tensor | None = None  # the layer's signed rotations, made at its first step
 
     def append(self, k: Tensor, v: Tensor, hashes: Tensor) -> Tensor:
         """Stores one position's key and value [rows, heads, 1, d] and its buckets [rows, heads,
@@ -107,21 +110,20 @@ class LSHCache:
         rows, heads, _, d = k.shape
         c = self.chunk
         if self.kv is None:
-            self.kv = k.new_empty(2, rows, heads, self.capacity, d)
+            self.kv = k.new_empty(rows, heads, self.capacity, 2 * d)
             self.ring = torch.full((rows, heads, self.rounds, self.buckets * c), -1, device=k.device)
             self.count = torch.zeros(
                 rows, heads, self.rounds, self.buckets, dtype=torch.long, device=k.device
             )
             self.slots = torch.arange(c, device=k.device)  # a bucket's slots, from its first
             self._find_starts()
-        elif self.length == self.kv.size(3):
-            grown = self.kv.new_empty(2, rows, heads, 2 * self.length, d)
-            grown[:, :, :, : self.length] = self.kv
+        elif self.length == self.kv.size(2):
+            grown = self.kv.new_empty(rows, heads, 2 * self.length, 2 * d)
+            grown[:, :, : self.length] = self.kv
             self.kv = grown
             self._find_starts()
         p = self.length
-        self.kv[0, :, :, p] = k[:, :, 0]
-        self.kv[1, :, :, p] = v[:, :, 0]
+        self.kv.select(2, p).copy_(torch.cat([k, v], -1).squeeze(2))
         bucket = hashes  # (rows, heads, R, 1)
         seen = self.count.gather(-1, bucket)  # (rows, heads, R, 1): the bucket's keys before this one
         first = bucket * c  # the bucket's first slot in the ring
@@ -136,19 +138,19 @@ class LSHCache:
         if self.kv is None:
             return spare
         if self.kv.requires_grad:  # out= below does not differentiate
-            self.kv = self.kv.index_select(1, rows)
+            self.kv = self.kv.index_select(0, rows)
         else:
             old = self.kv
-            self.kv = old.new_empty(2, rows.numel(), *old.shape[2:])
-            torch.index_select(old[:, :, :, : self.length], 1, rows, out=self.kv[:, :, :, : self.length])
+            self.kv = old.new_empty(rows.numel(), *old.shape[1:])
+            torch.index_select(old[:, :, : self.length], 0, rows, out=self.kv[:, :, : self.length])
         self.ring, self.count = self.ring.index_select(0, rows), self.count.index_select(0, rows)
         self._find_starts()
         return spare
 
     def _find_starts(self) -> None:
-        """``starts`` [rows, heads, 1]: where each (row, head)'s keys begin in ``kv`` seen as
-        [2, rows·heads·room, d] (a step reads its keys there by one index_select)."""
-        rows, heads, room = self.kv.shape[1:4]
+        """``starts`` [rows, heads, 1]: where each (row, head)'s positions begin in ``kv`` seen as
+        [rows·heads·room, 2d] (a step reads its keys and values there by one index_select)."""
+        rows, heads, room = self.kv.shape[:3]
         self.starts = torch.arange(0, rows * heads * room, room, device=self.kv.device).view(rows, heads, 1)
 
 
@@ -187,16 +189,22 @@ class LSHAttention(nn.Module):
         # R of each round: random rotations, fixed (section 2; equation (4)'s h^(r)).
         self.register_buffer("rotations", torch.randn(d_head, rounds, max(buckets // 2, 1)))
 
-    def hash(self, k: Tensor, valid: Tensor | None) -> Tensor:
+    def signed_rotations(self) -> Tensor:
+        """[d, rounds·buckets], fp32: each round's [R, −R] side by side, so that one product gives
+        every round's [xR; −xR] (a decoding state keeps it for its steps)."""
+        rotations = self.rotations.float()
+        return torch.cat([rotations, -rotations], dim=-1).flatten(1)
+
+    def hash(self, k: Tensor, valid: Tensor | None, signed: Tensor | None = None) -> Tensor:
         """Buckets [B, H, rounds, n] of keys [B, H, n, d]; padded positions (``valid`` [B, 1, n]
-        False) get bucket ``buckets``, of their own."""
+        False) get bucket ``buckets``, of their own. ``signed``: :meth:`signed_rotations`, if made."""
         b, h, n, _ = k.shape
         if self.buckets == 1:
             hashes = torch.zeros(b, h, self.rounds, n, dtype=torch.long, device=k.device)
         else:
-            d, r, half = self.rotations.shape
-            rotated = (k @ self.rotations.float().view(d, r * half)).view(b, h, n, r, half).transpose(2, 3)
-            hashes = torch.cat([rotated, -rotated], dim=-1).argmax(-1)  # h(x) = argmax([xR; −xR])
+            signed = self.signed_rotations() if signed is None else signed
+            rotated = (k @ signed).view(b, h, n, self.rounds, self.buckets)
+            hashes = rotated.transpose(2, 3).argmax(-1)  # h(x) = argmax([xR; −xR])
         if valid is not None:
             hashes = hashes.masked_fill(~valid[:, :, None, :], self.buckets)
         return hashes
@@ -227,17 +235,24 @@ class LSHAttention(nn.Module):
         off = torch.autocast(device, enabled=False) if torch.is_autocast_enabled(device) else nullcontext()
         with off:
             q, v = q.float(), v.float()
-            k = F.normalize(q, dim=-1)  # shared-QK: the keys are the normalised queries
+            # shared-QK: the keys are the normalised queries (F.normalize's arithmetic, fewer calls)
+            k = q / torch.linalg.vector_norm(q, dim=-1, keepdim=True).clamp_min(1e-12)
             valid = None if mask is None else mask[:, :, 0, :]  # (B, 1, n)
-            hashes = self.hash(k, valid)  # (B, H, R, n)
+            if state is not None and state.rotations is None and self.buckets > 1:
+                state.rotations = self.signed_rotations()
+            hashes = self.hash(k, valid, None if state is None else state.rotations)  # (B, H, R, n)
             if state is not None:
                 if not causal or need_weights:
                     raise ValueError("a decoding state is for causal self-attention, without weights")
-                steps = []
-                for t in range(q.size(2)):  # one position at a time (decoding feeds one)
-                    members = state.append(k[:, :, t : t + 1], v[:, :, t : t + 1], hashes[..., t : t + 1])
-                    steps.append(self._step(q[:, :, t : t + 1], state, members, p))
-                out = steps[0] if len(steps) == 1 else torch.cat(steps, dim=2)
+                if q.size(2) == 1:  # a decoding step
+                    out = self._step(q, state, state.append(k, v, hashes), p)
+                else:  # one position at a time
+                    steps = []
+                    for t in range(q.size(2)):
+                        one = slice(t, t + 1)
+                        members = state.append(k[:, :, one], v[:, :, one], hashes[..., one])
+                        steps.append(self._step(q[:, :, one], state, members, p))
+                    out = torch.cat(steps, dim=2)
                 weights = None
             elif need_weights:
                 out, weights = self._dense(q, k, v, hashes, causal, p)
@@ -259,18 +274,17 @@ class LSHAttention(nn.Module):
         members = members.view(rows, h, r * c).sort(-1).values
         drop = members < 0  # -1: an empty slot (a bucket with fewer than c keys so far)
         drop[..., :-1].logical_or_(members[..., :-1] == members[..., 1:])  # each run's last is kept
-        # the keys and values of each (row, head): rows of the cache seen as [2, rows·H·room, d]
+        # the keys and values of each (row, head): rows of the cache seen as [rows·H·room, 2d]
         # (index_select there, alone, took 9 µs against gather's 27, which expands the index over d)
         at = members.clamp(min=0) + state.starts
-        kv = state.kv.view(2, -1, d).index_select(1, at.view(-1)).view(2, rows, h, r * c, d)
-        scores = ((q / math.sqrt(d)) @ kv[0].mT).view(rows, h, r * c)
-        scores.masked_fill_(drop, NEG)
-        # the query's own position is the newest, so the last sorted (the copy kept of its run)
-        scores[..., -1].fill_(SELF)
-        weights = scores.view(rows, h, 1, r * c).softmax(-1)
-        if p > 0.0:
-            weights = F.dropout(weights, p=p)
-        return weights @ kv[1]
+        kv = state.kv.view(-1, 2 * d).index_select(0, at.view(-1)).view(rows, h, r * c, 2 * d)
+        keys, values = kv.split(d, -1)
+        # NEG and SELF as a bias added to the scores (one fused call for scores, softmax and sum):
+        # beside them a score of a few units is below fp32's resolution, so the weights are those
+        # of the scores replaced. The query's own position is the newest, so the last sorted.
+        bias = torch.where(drop, NEG, 0.0)
+        bias[..., -1] = SELF
+        return F.scaled_dot_product_attention(q, keys, values, bias.view(rows, h, 1, r * c), dropout_p=p)
 
     def _dense(
         self, q: Tensor, k: Tensor, v: Tensor, hashes: Tensor, causal: bool, p: float
