@@ -1,17 +1,19 @@
 """Where each attention mechanism pays off in the whole model: training speed and memory against length.
 
     python bench/length_sweep.py
-    python bench/length_sweep.py --lengths 64 256 1024 4096 --tokens 4096 --plot docs/length_sweep.png
+    python bench/length_sweep.py --precision bf16 --plot docs/length_sweep.png   # BENCHMARKS.md's
     python bench/length_sweep.py --lengths 32 64 --tokens 128 --d-model 32 --heads 2 --layers 1 --steps 1
 
 Issue 41, item 6. The recipe's model (``conf/model/small.yaml``: d_model 256, 4 heads, 3 + 3
 layers, d_ff 1024; 8,000-piece vocabulary) trains on random tokens with sources and targets of
 each ``--lengths`` L, in batches of the same token count (``--tokens`` per side, so ``tokens / L``
-sentences), one Adam update a step. Each mechanism is the encoder's and the decoder's
-self-attention (the decoder's stays softmax where the mechanism cannot be causal: linformer,
-nystrom); cross-attention is softmax throughout (``--cross-too``: the mechanism where it does
-cross-attention). Settings are ``AttentionConfig``'s defaults, with linformer's ``max_length``
-the longest length (``--set key=value`` changes any).
+sentences), one Adam update a step, through the recipe's own forward and label-smoothed loss
+(``training.module.token_losses``: no [batch, length, vocabulary] logits kept). Each mechanism
+is the encoder's and the decoder's self-attention (the decoder's stays softmax where the
+mechanism cannot be causal: linformer, nystrom); cross-attention is softmax throughout
+(``--cross-too``: the mechanism where it does cross-attention). Settings are
+``AttentionConfig``'s defaults, with linformer's ``max_length`` the longest length (``--set
+key=value`` changes any).
 
 Per mechanism and length: target tokens/s (median of ``--steps`` timed steps after one warm-up)
 and the peak bytes of tensor storage of one step (forward, backward, update: counted exactly by
@@ -63,9 +65,9 @@ def attention_for(name: str, args: argparse.Namespace) -> dict:
 def measure(name: str, length: int, args: argparse.Namespace) -> dict:
     """Target tokens/s and peak storage bytes of training steps of ``name`` at ``length``."""
     import torch
-    import torch.nn.functional as F
 
     from bench.storage_meter import StorageMeter
+    from training.module import token_losses
     from transformer import Transformer, TransformerConfig
 
     torch.manual_seed(0)
@@ -89,9 +91,9 @@ def measure(name: str, length: int, args: argparse.Namespace) -> dict:
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.precision == "bf16")
 
     def step() -> None:
-        with autocast:
-            logits = model(src, tgt[:, :-1])
-        loss = F.cross_entropy(logits.float().flatten(0, 1), tgt[:, 1:].flatten())
+        with autocast:  # the recipe's own forward and loss: the vocabulary's logits in blocks
+            losses = token_losses(model, src, tgt[:, :-1], tgt[:, 1:], cfg.pad_id, label_smoothing=0.1)
+        loss = losses.sum() / losses.numel()
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -124,24 +126,29 @@ def crossover(ratios: dict[int, float]) -> int | None:
     return best
 
 
-def plot(results: dict, lengths: list[int], path: Path) -> None:
+def plot(results: dict, lengths: list[int], path: Path, title: str = "") -> None:
+    """Tokens/s and peak storage against length, one line per mechanism (softmax black, thicker)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (speed, memory) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (speed, memory) = plt.subplots(1, 2, figsize=(11, 4.4))
     for name, rows in results.items():
-        xs = [n for n in lengths if str(n) in rows]
-        speed.plot(xs, [rows[str(n)]["tokens_s"] for n in xs], marker="o", label=name)
-        memory.plot(xs, [rows[str(n)]["peak_bytes"] / 2**20 for n in xs], marker="o", label=name)
-    for ax, title in ((speed, "training target tokens/s"), (memory, "peak tensor storage of a step, MiB")):
+        xs = [n for n in lengths if "error" not in rows.get(str(n), {"error": 1})]
+        style = {"color": "black", "linewidth": 2.5, "zorder": 3} if name == "softmax" else {}
+        speed.plot(xs, [rows[str(n)]["tokens_s"] for n in xs], marker="o", label=name, **style)
+        memory.plot(xs, [rows[str(n)]["peak_bytes"] / 2**20 for n in xs], marker="o", label=name, **style)
+    for ax, name in ((speed, "training target tokens/s"), (memory, "peak tensor storage of a step, MiB")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xlabel("source and target length")
-        ax.set_title(title)
+        ax.set_xticks(lengths, [str(n) for n in lengths])
+        ax.set_xlabel("source and target length (batches of the same token count)")
+        ax.set_title(name)
         ax.grid(True, which="both", alpha=0.3)
-    speed.legend(fontsize=8)
+    speed.legend(fontsize=8, ncol=2)
+    if title:
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
@@ -220,7 +227,9 @@ def main() -> None:
         ],
     )
     if args.plot:
-        plot(results, args.lengths, args.plot)
+        title = f"{config['cpu']} ({config['torch_cpu_capability']}), {args.threads} threads, "
+        title += args.precision
+        plot(results, args.lengths, args.plot, title)
         print(f"plot written to {args.plot}")
     write_json(args.json, {"config": config, "results": results, "crossover": summary})
 
