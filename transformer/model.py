@@ -149,14 +149,30 @@ class Transformer(nn.Module):
         """Switches oneDNN-packed weights on (or off) for every linear map (see ``cpu_kernels.py``).
 
         Packed weights are used only with autograd off and on the CPU, so training is unaffected;
-        they are re-packed by themselves after in-place updates. Off frees the packed copies.
+        they are re-packed by themselves after in-place updates that PyTorch counts (an optimizer's
+        per-tensor step, ``load_state_dict``) and after every switch between training and
+        evaluation (:meth:`train`). Off frees the packed copies.
         """
-        for module in self.modules():
-            packed = getattr(module, "packed", None)
-            if isinstance(packed, PackedLinears):
-                packed.enabled = enabled
-                packed.clear()
+        for packed in self._packed_linears():
+            packed.enabled = enabled
+            packed.clear()
         return self
+
+    def train(self, mode: bool = True) -> Transformer:
+        """``nn.Module.train``, dropping the packed copies (:meth:`pack_for_inference`) at each call.
+
+        A fused optimizer (``torch.optim.Adam(fused=True)``, the trainer's default) writes the
+        parameters without bumping the version counters that a packed copy is checked against, so
+        copies made in one evaluation would be served, stale, to the next. Training and
+        evaluation alternate through ``train()`` and ``eval()`` (Lightning's validation does), so
+        each evaluation packs the weights it evaluates.
+        """
+        for packed in self._packed_linears():
+            packed.clear()
+        return super().train(mode)
+
+    def _packed_linears(self) -> list[PackedLinears]:
+        return [m.packed for m in self.modules() if isinstance(getattr(m, "packed", None), PackedLinears)]
 
     def logits(self, y: Tensor) -> Tensor:
         """y: [..., d_model] decoder output -> [..., tgt_vocab] through the output projection."""

@@ -180,15 +180,17 @@ def test_a_slice_of_a_matrix_is_packed_under_its_own_name():
 
 
 @needs_onednn
-def test_weights_changed_in_place_are_packed_again():
-    """An optimizer step (or load_state_dict) between two decodings must not leave stale packs."""
+@pytest.mark.parametrize("fused", [False, True])
+def test_weights_changed_in_place_are_packed_again(fused):
+    """An optimizer step (or load_state_dict) between two decodings must not leave stale packs;
+    nor a fused Adam step, which writes the parameters without bumping their version counters."""
     torch.manual_seed(0)
     model = tiny_model().pack_for_inference()
     src, tgt = random_tokens(2, 5, 37), random_tokens(2, 4, 41)
     with torch.no_grad():
         model(src, tgt)  # packs
     model.train()
-    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1, fused=fused)
     model(src, tgt).logsumexp(-1).mean().backward()
     opt.step()
     model.eval()
