@@ -15,7 +15,7 @@ batch through every configuration, the order rotated each round):
 * nn.Transformer eager / compiled: ``torch.nn.Transformer(batch_first=True)`` of the same sizes, as
   ``bench/train_speed.py`` builds it (shared embedding, the same sinusoidal table, tied output),
   through the same loss function;
-* each with its own Adam (fused on CUDA, as training's ``optimizer.fused`` auto), lr 1e-4,
+* each with its own Adam (fused, as training's ``optimizer.fused`` auto), lr 1e-4,
   gradient-norm clipping at 1.0; bf16 autocast around forward and loss (``bf16-mixed``), or fp32.
 
 Batches: random ids in the shapes of the training sampler's batches (``data.batching.
@@ -72,6 +72,7 @@ from bench.train_speed import (  # noqa: E402
     losses_of,
 )
 from data.batching import TokenBucketBatchSampler  # noqa: E402
+from training.module import FUSED_ADAM_DEVICES  # noqa: E402
 from transformer.hardware import bf16_capability  # noqa: E402
 
 H100_BF16_DENSE_TFLOPS = 989.0  # H100 SXM5 (and H200) dense bf16 tensor-core peak, NVIDIA's data sheet
@@ -165,7 +166,7 @@ class Runner:
         self.name, self.compiled, self.device = name, compiled, torch.device(args.device)
         self.model = model.to(self.device).train()
         self.bf16 = args.precision == "bf16"
-        fused = self.device.type == "cuda"  # as training's optimizer.fused: null
+        fused = self.device.type in FUSED_ADAM_DEVICES  # as training's optimizer.fused: null
         self.opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=fused)
         self.losses = losses_of(name)  # ours: training's own token_losses
         if compiled:
@@ -389,7 +390,8 @@ def main() -> None:
         "batches": f"{args.batches} of <= {args.max_tokens} padded tokens (TokenBucketBatchSampler); lengths "
         f"normal({args.mean_len:g}, {args.sd_len:g}) clipped to [4, 128], target = source +-3; "
         f"vocabulary {args.vocab}",
-        "optimizer": f"Adam lr 1e-4 betas (0.9, 0.98) eps 1e-9{', fused' if device.type == 'cuda' else ''}; "
+        "optimizer": "Adam lr 1e-4 betas (0.9, 0.98) eps 1e-9"
+        f"{', fused' if device.type in FUSED_ADAM_DEVICES else ''}; "
         "label smoothing 0.1; clip 1.0",
         "compile": f"torch.compile(token_losses, backend={args.compile_backend!r})"
         if args.compile

@@ -40,6 +40,10 @@ logger = logging.getLogger(__name__)
 # state with the Performer's 0.8 MiB a hypothesis (BENCHMARKS.md, "Memory").
 DECODING_TOKENS = DEFAULT_MAX_TOKENS
 
+# Devices where ``optimizer.fused: null`` chooses PyTorch's fused Adam (one kernel for all
+# parameters); it has a CPU kernel since PyTorch 2.4, within pyproject's range.
+FUSED_ADAM_DEVICES = ("cuda", "cpu")
+
 DEFAULT_OPTIMIZER = {
     "lr": 5e-4,
     "betas": (0.9, 0.98),
@@ -149,7 +153,7 @@ class TranslationModule(L.LightningModule):
     Args:
         model: ``TransformerConfig`` fields (vocabulary sizes included).
         optimizer: Adam settings ``lr`` (peak), ``betas``, ``eps``, ``weight_decay``, ``fused``
-            (None: fused on CUDA unless fp16 scales the gradients) and the inverse-sqrt schedule's
+            (None: fused on CUDA and the CPU unless fp16 scales the gradients) and the inverse-sqrt schedule's
             ``warmup_steps``.
         label_smoothing: epsilon of label smoothing (0.1 in the paper).
         decoding: :class:`EvalDecoding` fields: ``beam_size``, ``alpha`` (length penalty) and
@@ -295,9 +299,12 @@ class TranslationModule(L.LightningModule):
         opt = self.hparams.optimizer
         fused = opt.get("fused")
         if fused is None:
-            # Auto: one fused kernel per step on CUDA. Not with fp16's GradScaler, which must
-            # unscale gradients before they are clipped, and a fused Adam unscales inside step().
-            fused = next(self.model.parameters()).is_cuda and self._grad_scaler() is None
+            # Auto: one fused kernel per step on CUDA and on the CPU (on the recipe's model, 5 ms
+            # a step against the per-tensor path's 19: BENCHMARKS.md, "Training speed"). Not with
+            # fp16's GradScaler, which must unscale gradients before they are clipped, and a fused
+            # Adam unscales inside step().
+            device = next(self.model.parameters()).device.type
+            fused = device in FUSED_ADAM_DEVICES and self._grad_scaler() is None
         adam = torch.optim.Adam(
             self.model.parameters(),
             lr=opt["lr"],

@@ -110,9 +110,31 @@ def test_fused_adam_is_clipped_under_bf16_autocast():
     assert norms == pytest.approx([1e-3] * 3, rel=1e-3)
 
 
-def test_fused_adam_is_automatic_on_cuda_only():
+def test_fused_adam_is_automatic_except_under_fp16_scaling(monkeypatch):
     module = TranslationModule(_tiny(12))  # optimizer.fused null: auto; the parameters are on the CPU
+    assert module.configure_optimizers()["optimizer"].defaults["fused"] is True
+    # fp16 (CUDA only in Lightning) scales the gradients, which must be unscaled before clipping.
+    monkeypatch.setattr(module, "_grad_scaler", lambda: torch.amp.GradScaler("cpu"))
     assert module.configure_optimizers()["optimizer"].defaults["fused"] is False
+
+
+def test_fused_adam_takes_the_same_steps_as_the_per_tensor_one():
+    """The CPU's automatic choice changes how Adam is computed, not what it computes."""
+    batch, _, vocab = _toy_batch()
+    params = {}
+    for fused in (False, True):
+        torch.manual_seed(0)
+        module = TranslationModule(_tiny(vocab), optimizer={"fused": fused, "warmup_steps": 10})
+        optimizer = module.configure_optimizers()["optimizer"]
+        assert optimizer.defaults["fused"] is fused
+        for _ in range(3):
+            optimizer.zero_grad()
+            loss_sum, n_tokens = module.loss(batch, label_smoothing=0.1)
+            (loss_sum.sum() / n_tokens.sum()).backward()
+            optimizer.step()
+        params[fused] = [p.detach().clone() for p in module.model.parameters()]
+    for a, b in zip(params[False], params[True], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_hyperparameters_must_be_plain_dicts():

@@ -109,7 +109,7 @@ def test_gpu_configs_resolve_to_arguments_that_exist(overrides):
     TransformerConfig(src_vocab_size=100, tgt_vocab_size=100, **cfg["model"])
     assert (trainer["accelerator"], trainer["precision"]) == ("gpu", "auto")  # bf16 where native
     assert trainer["gradient_clip_val"] > 0 and trainer["accumulate_grad_batches"] >= 1
-    assert optimizer["fused"] is None  # auto: fused Adam on CUDA
+    assert optimizer["fused"] is None  # auto: fused Adam unless fp16 scales gradients
     assert data["pin_memory"] is None  # auto: pinned on CUDA
     assert isinstance(cfg["compile"], bool)
     torch.set_float32_matmul_precision(cfg["float32_matmul_precision"])  # a valid value
