@@ -66,9 +66,11 @@ from bench.common import (  # noqa: E402
     print_table,
     read_gz_lines,
     set_threads,
+    timed,
     write_json,
 )
 from data.batching import token_budget_batches  # noqa: E402
+from training.loss import BLOCK_ROWS  # noqa: E402
 from training.module import token_losses  # noqa: E402
 from transformer import Transformer, TransformerConfig  # noqa: E402
 from transformer.embeddings import sinusoidal_table  # noqa: E402
@@ -219,6 +221,65 @@ def forward_flops(s: Sizes, b: int, src_len: int, tgt_len: int) -> float:
         + 2 * b * T * (2 * d * f)  # feed-forward
     )
     return enc + dec + 2 * b * T * d * s.vocab  # output projection
+
+
+def step_products(s: Sizes, b: int, src_len: int, tgt_len: int) -> dict[tuple[int, int, int, int, bool], int]:
+    """The matrix products of one training step on padded [b, src_len] / [b, tgt_len], as
+    ``{(batch, m, k, n, a_transposed): count}``: each linear map's forward [m, k] @ [k, n], its
+    input gradient [m, n] @ [n, k] and its weight gradient [n, m] @ [m, k] (the output gradient
+    transposed, as autograd multiplies it), and attention's batched products (scores and weighted
+    sums, forward and backward) per head; the output projection's forward a block of the loss's
+    rows at a time. The same work as ``3 * forward_flops``."""
+    d, f, S, T, H = s.d_model, s.d_ff, src_len, tgt_len, s.n_heads
+    dh = d // H
+    products: dict[tuple[int, int, int, int, bool], int] = {}
+
+    def add(key: tuple[int, int, int, int, bool], count: int) -> None:
+        products[key] = products.get(key, 0) + count
+
+    def linear(rows: int, k: int, n: int, count: int, forward_rows: int | None = None) -> None:
+        block = forward_rows or rows
+        add((1, block, k, n, False), count * (rows // block))
+        if rows % block:
+            add((1, rows % block, k, n, False), count)
+        add((1, rows, n, k, False), count)  # input gradient
+        add((1, n, rows, k, True), count)  # weight gradient
+
+    def attention(q_len: int, k_len: int, count: int) -> None:
+        bh = b * H
+        # forward: scores q k^T, weights v; backward: two products for each
+        for m, k, n in ((q_len, dh, k_len), (q_len, k_len, dh)):
+            add((bh, m, k, n, False), count)
+            add((bh, m, n, k, False), count)
+            add((bh, k, m, n, True), count)
+
+    L = s.layers
+    for rows, k, n in ((b * S, d, 3 * d), (b * S, d, d), (b * S, d, f), (b * S, f, d)):
+        linear(rows, k, n, L)
+    attention(S, S, L)
+    for rows, k, n in ((b * T, d, 3 * d), (b * T, d, d), (b * T, d, d), (b * S, d, 2 * d), (b * T, d, d)):
+        linear(rows, k, n, L)
+    for rows, k, n in ((b * T, d, f), (b * T, f, d)):
+        linear(rows, k, n, L)
+    attention(T, T, L)
+    attention(T, S, L)
+    linear(b * T, d, s.vocab, 1, forward_rows=BLOCK_ROWS)
+    return products
+
+
+def products_seconds(products: dict[tuple[int, int, int, int, bool], int], dtype: torch.dtype) -> float:
+    """Seconds the products take by themselves (each the best of 2 after a warm-up), summed."""
+    total = 0.0
+    for (batch, m, k, n, transposed), count in products.items():
+        a = torch.randn(batch, k, m).transpose(1, 2) if transposed else torch.randn(batch, m, k)
+        a, w = a.to(dtype), torch.randn(batch, k, n).to(dtype)
+        if batch == 1:
+            a, w = a[0], w[0]
+        mul = torch.bmm if batch > 1 else torch.mm
+        mul(a, w)
+        best = min(timed(lambda a=a, w=w, mul=mul: mul(a, w))[0] for _ in range(2))
+        total += count * best
+    return total
 
 
 # ----------------------------------------------------------------------------- stepping
@@ -450,6 +511,30 @@ def main() -> None:
     print("tok/s: real target tokens of all timed steps / their time; ratios: median over rounds of the")
     print("step-time ratio on the same batch (paired), > 1 means faster than nn.Transformer")
     print("targets: ours fp32 >= 1.0x torch fp32; ours bf16 >= 1.5x torch fp32")
+    # The bound on the fraction of the peak: the same steps' matrix products timed by themselves.
+    timed_shapes = [batches[(args.warmup + i) % len(batches)]["padded"] for i in range(args.rounds)]
+    bound_rows = []
+    for precision in args.precisions:
+        seconds = sum(products_seconds(step_products(s, *shape), dtypes[precision]) for shape in timed_shapes)
+        ours = by_label[f"ours {precision}"]
+        bound_rows.append(
+            [
+                precision,
+                sum(ours.times) / len(ours.times) * 1e3,
+                seconds / len(timed_shapes) * 1e3,
+                sum(flops) / seconds / peaks[precision],
+                sum(flops) / sum(ours.times) / peaks[precision],
+            ]
+        )
+        results[f"ours {precision}"].update(
+            matmuls_alone_ms_per_step=bound_rows[-1][2], matmuls_alone_fraction_of_peak=bound_rows[-1][3]
+        )
+    print("== the steps' matrix products by themselves (the same shapes and layouts, each timed alone)")
+    print_table(
+        ["precision", "ours: ms a step", "products alone: ms", "products alone: of peak", "step: of peak"],
+        bound_rows,
+    )
+    print("the step's fraction of the peak cannot exceed its products' fraction timed alone")
     if args.workers == 2:
         summed = two_workers(s, batches, args)
         print(f"== two single-thread workers at once ({args.worker_rounds} rounds each), summed tok/s")
