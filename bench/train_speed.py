@@ -456,10 +456,9 @@ def main() -> None:
     run_rounds(runners, batches, args.rounds, args.warmup)
 
     by_label = {r.label: r for r in runners}
-    timed_tokens = [batches[(args.warmup + i) % len(batches)]["tokens"] for i in range(args.rounds)]
-    flops = [
-        3 * forward_flops(s, *batches[(args.warmup + i) % len(batches)]["padded"]) for i in range(args.rounds)
-    ]
+    timed_batches = [batches[(args.warmup + i) % len(batches)] for i in range(args.rounds)]
+    timed_tokens = [batch["tokens"] for batch in timed_batches]
+    flops = [3 * forward_flops(s, *batch["padded"]) for batch in timed_batches]
 
     def paired(r: Runner, other: str) -> float:
         """Median over rounds of (other's step time / r's step time) on the same batch."""
@@ -512,16 +511,16 @@ def main() -> None:
     print("step-time ratio on the same batch (paired), > 1 means faster than nn.Transformer")
     print("targets: ours fp32 >= 1.0x torch fp32; ours bf16 >= 1.5x torch fp32")
     # The bound on the fraction of the peak: the same steps' matrix products timed by themselves.
-    timed_shapes = [batches[(args.warmup + i) % len(batches)]["padded"] for i in range(args.rounds)]
     bound_rows = []
     for precision in args.precisions:
-        seconds = sum(products_seconds(step_products(s, *shape), dtypes[precision]) for shape in timed_shapes)
+        products = [step_products(s, *batch["padded"]) for batch in timed_batches]
+        seconds = sum(products_seconds(p, dtypes[precision]) for p in products)
         ours = by_label[f"ours {precision}"]
         bound_rows.append(
             [
                 precision,
                 sum(ours.times) / len(ours.times) * 1e3,
-                seconds / len(timed_shapes) * 1e3,
+                seconds / len(timed_batches) * 1e3,
                 sum(flops) / seconds / peaks[precision],
                 sum(flops) / sum(ours.times) / peaks[precision],
             ]
