@@ -300,33 +300,47 @@ def row_topk(x: Tensor, n: int) -> tuple[Tensor, Tensor]:
 # ---------------------------------------------------------------------------- 5. dropout masks
 
 
-def keep_mask(shape: torch.Size, p: float, device: torch.device) -> tuple[Tensor, float]:
-    """A bool mask of ``shape``, True with probability ``1 - p`` rounded to 1/65,536 (5. above),
-    and the scale that keeps the expectation: ``1 / P(True)``."""
+def keep_mask(
+    shape: torch.Size, p: float, device: torch.device, dtype: torch.dtype = torch.bool
+) -> tuple[Tensor, float]:
+    """A mask of ``shape``, 1 (True) with probability ``1 - p`` rounded to 1/65,536 and 0 (False)
+    otherwise (5. above), in ``dtype``, and the scale that keeps the expectation: ``1 / P(1)``."""
     n = math.prod(shape)
     drop = round(p * 65536)  # 16-bit values below this are dropped
     bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=device).random_(-(2**63), None)
-    keep = bits.view(torch.int16)[:n] >= drop - 32768  # (n,) four 16-bit lanes per draw
+    lanes = bits.view(torch.int16)[:n]  # (n,) four 16-bit lanes per draw
+    if dtype == torch.bool:
+        keep = lanes >= drop - 32768
+    else:  # the comparison written straight as 0.0 / 1.0: one vectorised pass, no bool tensor
+        keep = torch.ge(lanes, drop - 32768, out=torch.empty(n, dtype=dtype, device=device))
     return keep.view(shape), 65536 / (65536 - drop)
 
 
 class _MaskedScale(torch.autograd.Function):
-    """x * keep * scale, with the same mask and scale on the way back."""
+    """x * mask * scale, with the same mask and scale on the way back."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, keep: Tensor, scale: float) -> Tensor:  # noqa: ANN001, D102
-        ctx.save_for_backward(keep)
+    def forward(ctx, x: Tensor, mask: Tensor, scale: float) -> Tensor:  # noqa: ANN001, D102
+        ctx.save_for_backward(mask)
         ctx.scale = scale
-        return x.mul(keep).mul_(scale)
+        y = x.mul(mask)
+        return y if scale == 1.0 else y.mul_(scale)
 
     @staticmethod
     def backward(ctx, grad: Tensor):  # noqa: ANN001, ANN205, D102
-        (keep,) = ctx.saved_tensors
-        return grad.mul(keep).mul_(ctx.scale), None, None
+        (mask,) = ctx.saved_tensors
+        g = grad.mul(mask)
+        return (g if ctx.scale == 1.0 else g.mul_(ctx.scale)), None, None
 
 
 class Dropout(nn.Dropout):
     """``nn.Dropout`` whose masks, while training on the CPU, come from :func:`keep_mask` (5. above).
+
+    The mask is made in ``x``'s dtype: a product with a bool mask converts it element by element,
+    ~2x the time of a product of two tensors of one dtype (BENCHMARKS.md, "Training speed and
+    memory"). In fp32 (and fp64) the mask holds the scale itself, ``0`` or ``1 / P(kept)``: one
+    product each way, each element rounded once as before. In half precision it holds 0 and 1,
+    and the scale, which bf16 cannot hold exactly, multiplies after it (in fp32 arithmetic).
 
     On other devices, in eval mode and at p 0 or 1, it is ``nn.Dropout``.
     """
@@ -335,5 +349,9 @@ class Dropout(nn.Dropout):
         """x: [...] -> [...]."""
         if not self.training or x.device.type != "cpu" or not 0.0 < self.p < 1.0 or self.inplace:
             return super().forward(x)
-        keep, scale = keep_mask(x.shape, self.p, x.device)
-        return _MaskedScale.apply(x, keep, scale)
+        if not x.is_floating_point():
+            raise TypeError(f"dropout of a {x.dtype} tensor")
+        mask, scale = keep_mask(x.shape, self.p, x.device, x.dtype)
+        if x.dtype in (torch.float32, torch.float64):
+            mask, scale = mask.mul_(scale), 1.0
+        return _MaskedScale.apply(x, mask, scale)

@@ -367,6 +367,27 @@ def test_dropout_backward_uses_the_forward_mask_and_seed_reproduces_it():
     assert torch.equal(layer(x), y)  # the global generator draws the bits
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_dropout_mask_in_the_dtype_is_the_bool_mask(dtype):
+    """The mask made in x's dtype keeps what the bool mask of the same draws keeps, and the layer
+    gives, forward and backward, exactly x * bool mask * scale (rounded once, as that product)."""
+    shape = torch.Size([37, 3, 7])  # not a multiple of four elements
+    torch.manual_seed(5)
+    keep, scale = cpu_kernels.keep_mask(shape, 0.3, torch.device("cpu"))
+    torch.manual_seed(5)
+    mask, same_scale = cpu_kernels.keep_mask(shape, 0.3, torch.device("cpu"), dtype)
+    assert mask.dtype == dtype and same_scale == scale
+    assert torch.equal(mask, keep.to(dtype))
+    x = torch.randn(shape, dtype=dtype, requires_grad=True)
+    g = torch.randn(shape, dtype=dtype)
+    torch.manual_seed(5)
+    y = cpu_kernels.Dropout(0.3).train()(x)
+    y.backward(g)
+    assert y.dtype == dtype
+    assert torch.equal(y, x.detach().mul(keep).mul_(scale))
+    assert torch.equal(x.grad, g.mul(keep).mul_(scale))
+
+
 def test_dropout_is_nn_dropout_in_eval_and_in_bfloat16_keeps_its_dtype():
     x = torch.randn(8, 16)
     assert torch.equal(cpu_kernels.Dropout(0.1).eval()(x), x)
