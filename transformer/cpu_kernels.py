@@ -323,24 +323,23 @@ class _MaskedScale(torch.autograd.Function):
     def forward(ctx, x: Tensor, mask: Tensor, scale: float) -> Tensor:  # noqa: ANN001, D102
         ctx.save_for_backward(mask)
         ctx.scale = scale
-        y = x.mul(mask)
-        return y if scale == 1.0 else y.mul_(scale)
+        return x.mul(mask).mul_(scale)
 
     @staticmethod
     def backward(ctx, grad: Tensor):  # noqa: ANN001, ANN205, D102
         (mask,) = ctx.saved_tensors
-        g = grad.mul(mask)
-        return (g if ctx.scale == 1.0 else g.mul_(ctx.scale)), None, None
+        return grad.mul(mask).mul_(ctx.scale), None, None
 
 
 class Dropout(nn.Dropout):
     """``nn.Dropout`` whose masks, while training on the CPU, come from :func:`keep_mask` (5. above).
 
-    The mask is made in ``x``'s dtype: a product with a bool mask converts it element by element,
-    ~2x the time of a product of two tensors of one dtype (BENCHMARKS.md, "Training speed and
-    memory"). In fp32 (and fp64) the mask holds the scale itself, ``0`` or ``1 / P(kept)``: one
-    product each way, each element rounded once as before. In half precision it holds 0 and 1,
-    and the scale, which bf16 cannot hold exactly, multiplies after it (in fp32 arithmetic).
+    In half precision (bf16 under autocast) the mask is made in x's dtype, 0 and 1: a product
+    with a bool mask converts it element by element, ~4x the time of a product of two bf16
+    tensors (BENCHMARKS.md, "Training speed and memory"), for one more byte an element. In fp32
+    it stays bool: an fp32 mask would be faster by less than 1% of a step and hold three more
+    bytes an element until the backward pass. The scale multiplies after the mask, in fp32
+    arithmetic, as before: the results are the same either way.
 
     On other devices, in eval mode and at p 0 or 1, it is ``nn.Dropout``.
     """
@@ -349,9 +348,6 @@ class Dropout(nn.Dropout):
         """x: [...] -> [...]."""
         if not self.training or x.device.type != "cpu" or not 0.0 < self.p < 1.0 or self.inplace:
             return super().forward(x)
-        if not x.is_floating_point():
-            raise TypeError(f"dropout of a {x.dtype} tensor")
-        mask, scale = keep_mask(x.shape, self.p, x.device, x.dtype)
-        if x.dtype in (torch.float32, torch.float64):
-            mask, scale = mask.mul_(scale), 1.0
+        dtype = x.dtype if x.dtype in (torch.bfloat16, torch.float16) else torch.bool
+        mask, scale = keep_mask(x.shape, self.p, x.device, dtype)
         return _MaskedScale.apply(x, mask, scale)

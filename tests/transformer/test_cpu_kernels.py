@@ -369,8 +369,8 @@ def test_dropout_backward_uses_the_forward_mask_and_seed_reproduces_it():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 def test_dropout_mask_in_the_dtype_is_the_bool_mask(dtype):
-    """The mask made in x's dtype keeps what the bool mask of the same draws keeps, and the layer
-    gives, forward and backward, exactly x * bool mask * scale (rounded once, as that product)."""
+    """The mask made in a dtype keeps what the bool mask of the same draws keeps, and the layer
+    gives, forward and backward, exactly x * bool mask * scale whatever mask it keeps."""
     shape = torch.Size([37, 3, 7])  # not a multiple of four elements
     torch.manual_seed(5)
     keep, scale = cpu_kernels.keep_mask(shape, 0.3, torch.device("cpu"))
@@ -382,6 +382,9 @@ def test_dropout_mask_in_the_dtype_is_the_bool_mask(dtype):
     g = torch.randn(shape, dtype=dtype)
     torch.manual_seed(5)
     y = cpu_kernels.Dropout(0.3).train()(x)
+    # What the backward pass keeps: the mask in bf16's own dtype, a bool (1 byte) beside fp32.
+    (saved,) = y.grad_fn.saved_tensors
+    assert saved.dtype == (dtype if dtype == torch.bfloat16 else torch.bool)
     y.backward(g)
     assert y.dtype == dtype
     assert torch.equal(y, x.detach().mul(keep).mul_(scale))
