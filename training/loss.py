@@ -39,8 +39,34 @@ def _compute_dtype(x: Tensor) -> torch.dtype:
     return x.dtype
 
 
+def _block_losses(
+    z: Tensor, y: Tensor, label_smoothing: float, want_grad: bool
+) -> tuple[Tensor, Tensor | None]:
+    """Losses of a block of fp32 logits ``z`` [C, V] (overwritten) with targets ``y`` [C, 1], and,
+    if asked, their gradient with respect to ``z``: ``softmax(z) - t``, in ``z``'s memory."""
+    vocab = z.size(1)
+    smoothed = (1.0 - label_smoothing) * z.gather(1, y) + label_smoothing * z.mean(1, keepdim=True)
+    top = z.amax(1, keepdim=True)  # (C, 1)
+    e = z.sub_(top).exp_()  # exp(z - top), in z's memory
+    total = e.sum(1, keepdim=True)  # (C, 1)
+    losses = (top + total.log() - smoothed)[:, 0]  # logsumexp(z) - smoothed
+    if not want_grad:
+        return losses, None
+    p = e.mul_(total.reciprocal_()).sub_(label_smoothing / vocab)  # softmax - e / V
+    p.scatter_add_(1, y, p.new_full(y.shape, -(1.0 - label_smoothing)))
+    return losses, p
+
+
 class _ProjectedCrossEntropy(torch.autograd.Function):
-    """Per-row label-smoothed cross-entropy of ``hidden @ weight.T + bias``; see the module docstring."""
+    """Per-row label-smoothed cross-entropy of ``hidden @ weight.T + bias``; see the module docstring.
+
+    In fp32 it goes one step further: each block's gradient is multiplied into the gradients of
+    ``hidden``, ``weight`` and ``bias`` while the block is at hand, and no [tokens, vocabulary]
+    tensor is kept at all (125 MiB for a 4,096-token batch in fp32). That assumes every row's
+    loss gets the same gradient, as a mean or sum over tokens does; the backward pass checks it,
+    and otherwise makes the blocks again, scaled row by row. In bf16 the early products ran
+    slower than keeping the gradient (BENCHMARKS.md, "Tried, did not help").
+    """
 
     @staticmethod
     def forward(  # noqa: D102
@@ -57,39 +83,81 @@ class _ProjectedCrossEntropy(torch.autograd.Function):
         b = None if bias is None else bias.to(compute_dtype)
         rows, vocab = h.size(0), w.size(0)
         keep_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
+        early = keep_grad and compute_dtype == torch.float32
         losses = torch.empty(rows, dtype=torch.float32, device=h.device)
-        grad_logits = torch.empty(rows, vocab, dtype=compute_dtype, device=h.device) if keep_grad else None
+        grad_logits = grad_h = grad_w = grad_b = None
+        if early:
+            grad_h = torch.empty_like(h)  # (N, d)
+            grad_w = torch.zeros_like(w)  # (V, d)
+            grad_b = None if b is None else torch.zeros_like(b)  # (V,)
+        elif keep_grad:
+            grad_logits = torch.empty(rows, vocab, dtype=compute_dtype, device=h.device)
         for start in range(0, rows, block_rows):
             stop = min(start + block_rows, rows)
             z = F.linear(h[start:stop], w, b).float()  # (C, V) logits
-            y = target[start:stop, None]  # (C, 1)
-            smoothed = (1.0 - label_smoothing) * z.gather(1, y) + label_smoothing * z.mean(1, keepdim=True)
-            top = z.amax(1, keepdim=True)  # (C, 1)
-            e = z.sub_(top).exp_()  # exp(z - top), in z's memory
-            total = e.sum(1, keepdim=True)  # (C, 1)
-            losses[start:stop] = (top + total.log() - smoothed)[:, 0]  # logsumexp(z) - smoothed
-            if keep_grad:
-                p = e.mul_(total.reciprocal_()).sub_(label_smoothing / vocab)  # softmax - e / V
-                p.scatter_add_(1, y, p.new_full(y.shape, -(1.0 - label_smoothing)))
+            losses[start:stop], p = _block_losses(z, target[start:stop, None], label_smoothing, keep_grad)
+            if early:
+                torch.mm(p, w, out=grad_h[start:stop])
+                grad_w.addmm_(p.t(), h[start:stop])
+                if grad_b is not None:
+                    grad_b += p.sum(0)
+            elif keep_grad:
                 grad_logits[start:stop] = p
         if keep_grad:
-            ctx.save_for_backward(h, w, grad_logits)
-            ctx.has_bias = b is not None
+            ctx.save_for_backward(h, w, b, target, grad_logits, grad_h, grad_w, grad_b)
+            ctx.settings = (label_smoothing, block_rows)
             ctx.dtypes = (hidden.dtype, weight.dtype, None if bias is None else bias.dtype)
         return losses
 
     @staticmethod
     def backward(ctx, grad_losses: Tensor):  # noqa: ANN001, ANN205, D102
-        h, w, grad_logits = ctx.saved_tensors
+        h, w, b, target, grad_logits, grad_h, grad_w, grad_b = ctx.saved_tensors
+        if grad_logits is None:  # fp32: the gradients were made in the forward pass
+            if bool((grad_losses == grad_losses[0]).all()):
+                c = grad_losses[0].to(h.dtype)
+                made = (grad_h * c, grad_w * c, None if grad_b is None else grad_b * c)
+            else:
+                made = _row_scaled_grads(h, w, b, target, grad_losses, *ctx.settings)
+            grads = [
+                None if x is None or not ctx.needs_input_grad[i] else x.to(ctx.dtypes[i])
+                for i, x in enumerate(made)
+            ]
+            return (*grads, None, None, None, None)
         g = grad_losses.to(h.dtype)[:, None]  # (N, 1): d total / d loss of each row
         grad_hidden = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:
             grad_hidden = (grad_logits @ w).mul_(g).to(ctx.dtypes[0])  # (N, d)
         if ctx.needs_input_grad[1]:
             grad_weight = (grad_logits.t() @ (h * g)).to(ctx.dtypes[1])  # (V, d)
-        if ctx.has_bias and ctx.needs_input_grad[2]:
+        if b is not None and ctx.needs_input_grad[2]:
             grad_bias = (grad_logits.float() * g.float()).sum(0).to(ctx.dtypes[2])  # (V,)
         return grad_hidden, grad_weight, grad_bias, None, None, None, None
+
+
+def _row_scaled_grads(
+    h: Tensor,
+    w: Tensor,
+    b: Tensor | None,
+    target: Tensor,
+    grad_losses: Tensor,
+    label_smoothing: float,
+    block_rows: int,
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """The fp32 path's gradients of ``sum(grad_losses * losses)`` where rows' gradients differ:
+    the blocks made again, each row's gradient scaled by its own. Shapes as ``hidden``, ``weight``
+    and ``bias``."""
+    grad_h, grad_w = torch.empty_like(h), torch.zeros_like(w)
+    grad_b = None if b is None else torch.zeros_like(b)
+    for start in range(0, h.size(0), block_rows):
+        stop = min(start + block_rows, h.size(0))
+        z = F.linear(h[start:stop], w, b).float()
+        _, p = _block_losses(z, target[start:stop, None], label_smoothing, True)
+        p.mul_(grad_losses[start:stop, None].to(p.dtype))
+        torch.mm(p, w, out=grad_h[start:stop])
+        grad_w.addmm_(p.t(), h[start:stop])
+        if grad_b is not None:
+            grad_b += p.sum(0)
+    return grad_h, grad_w, grad_b
 
 
 def projected_cross_entropy(

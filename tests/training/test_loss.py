@@ -93,3 +93,36 @@ def test_no_gradient_kept_without_autograd() -> None:
         ref = _reference(hidden, weight, b, target, 0.1)
     assert loss.grad_fn is None
     torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_fp32_mean_loss_gradients_made_early_equal_the_reference(bias: bool) -> None:
+    """A mean over tokens (every row's loss the same gradient, as training's) takes the fp32 path
+    whose gradients are made in the forward pass: the same gradients as the two-call form."""
+    hidden, weight, b, target, _ = _inputs(bias)
+    uniform = torch.full(target.shape, 1.0 / int((target != PAD).sum()))
+    ref_loss, ref_grads = _grads(_reference, hidden, weight, b, target, uniform, 0.1)
+    loss, grads = _grads(_ours(4), hidden, weight, b, target, uniform, 0.1)
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-5)
+    for got, want in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
+
+
+def test_fp32_keeps_no_vocabulary_sized_gradient() -> None:
+    """In fp32 nothing of [tokens, vocabulary] outlives the forward pass; in bf16 the gradient
+    with respect to the logits does (bf16, tokens x vocabulary x 2 bytes)."""
+    from bench.storage_meter import StorageMeter
+
+    hidden, weight, b, target, _ = _inputs(bias=False, batch=8, length=32, d=8, vocab=2000)
+    real = int((target != PAD).sum())
+    kept = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        with (
+            StorageMeter() as meter,
+            torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype != torch.float32),
+        ):
+            losses = projected_cross_entropy(hidden, weight, b, target, PAD, 0.1, block_rows=16)
+            kept[dtype] = meter.live_bytes
+        del losses
+    assert kept[torch.float32] < real * 2000 * 2 / 4  # the gradients: rows x d and vocabulary x d
+    assert kept[torch.bfloat16] >= real * 2000 * 2  # the bf16 gradient of the logits
