@@ -57,6 +57,17 @@ def _block_losses(
     return losses, p
 
 
+def _add_block_grads(
+    p: Tensor, w: Tensor, h_block: Tensor, grad_h_block: Tensor, grad_w: Tensor, grad_b: Tensor | None
+) -> None:
+    """Multiplies a block's logit gradient ``p`` [C, V] into the gradients: ``grad_h_block``
+    [C, d] written, ``grad_w`` [V, d] and ``grad_b`` [V] (or None) added to."""
+    torch.mm(p, w, out=grad_h_block)
+    grad_w.addmm_(p.t(), h_block)
+    if grad_b is not None:
+        grad_b += p.sum(0)
+
+
 class _ProjectedCrossEntropy(torch.autograd.Function):
     """Per-row label-smoothed cross-entropy of ``hidden @ weight.T + bias``; see the module docstring.
 
@@ -97,10 +108,7 @@ class _ProjectedCrossEntropy(torch.autograd.Function):
             z = F.linear(h[start:stop], w, b).float()  # (C, V) logits
             losses[start:stop], p = _block_losses(z, target[start:stop, None], label_smoothing, keep_grad)
             if early:
-                torch.mm(p, w, out=grad_h[start:stop])
-                grad_w.addmm_(p.t(), h[start:stop])
-                if grad_b is not None:
-                    grad_b += p.sum(0)
+                _add_block_grads(p, w, h[start:stop], grad_h[start:stop], grad_w, grad_b)
             elif keep_grad:
                 grad_logits[start:stop] = p
         if keep_grad:
@@ -153,10 +161,7 @@ def _row_scaled_grads(
         z = F.linear(h[start:stop], w, b).float()
         _, p = _block_losses(z, target[start:stop, None], label_smoothing, True)
         p.mul_(grad_losses[start:stop, None].to(p.dtype))
-        torch.mm(p, w, out=grad_h[start:stop])
-        grad_w.addmm_(p.t(), h[start:stop])
-        if grad_b is not None:
-            grad_b += p.sum(0)
+        _add_block_grads(p, w, h[start:stop], grad_h[start:stop], grad_w, grad_b)
     return grad_h, grad_w, grad_b
 
 
