@@ -1,6 +1,6 @@
 """The training process's memory: what the allocators keep, and the peak resident size.
 
-Three things made a training process grow to several GiB for a model of 7.6M parameters, and
+Four things made a training process grow to several GiB for a model of 7.6M parameters, and
 each step slower than it need be (BENCHMARKS.md, "Training speed and memory"):
 
 1. **Blocks mapped and unmapped every step.** PyTorch's CPU tensors come from the C library's
@@ -13,18 +13,22 @@ each step slower than it need be (BENCHMARKS.md, "Training speed and memory"):
 3. **oneDNN's kernel caches.** Each bf16 matrix product of a new shape builds a kernel that
    oneDNN keeps (up to 1,024 of them, and ideep as many again): ~5 MiB of kernels for every new
    batch shape, and token-bucketed batches bring a new shape almost every step.
+4. **MKL's buffer pool.** fp32 products go to MKL, whose memory manager keeps the buffers it
+   packs matrices into for reuse: ~46 MiB held between the fp32 recipe's steps, allocated from
+   glibc's heap like the tensors around them.
 
-:func:`configure_allocators` settles all three, before ``import torch``: PyTorch's
+:func:`configure_allocators` settles all four, before ``import torch``: PyTorch's
 ``THP_MEM_ALLOC_ENABLE`` makes its CPU allocations page-aligned (transparent huge pages asked for
 from 2 MiB), which glibc does fit back into freed blocks; ``mallopt`` has glibc serve every
 block from its heap and keep what is freed there, so a step reuses the previous step's memory
 without faulting it in again; and oneDNN's and ideep's caches are bounded at
 ``KERNEL_CACHE`` kernels each, as ``translate.py`` bounds them (``transformer/cpu_kernels.py``):
 a kernel for a new shape is made again (~150 us), which the caches could not avoid anyway,
-since the shapes of one epoch outnumber them. The process then holds about its largest step's
-working set. The allocator settings are glibc's and PyTorch's documented ones, made by the
-program; on other C libraries (musl, macOS, Windows) they are left alone. A value already in
-the environment is kept.
+since the shapes of one epoch outnumber them; and MKL's ``MKL_DISABLE_FAST_MM`` has MKL free
+its buffers after each product (no slower: 0.99-1.00x the fp32 step). The process then holds
+about its largest step's working set. The allocator settings are glibc's, PyTorch's and MKL's
+documented ones, made by the program; on other C libraries (musl, macOS, Windows) glibc's are
+left alone. A value already in the environment is kept.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ _TORCH_SETTINGS = {
     "THP_MEM_ALLOC_ENABLE": "1",
     "ONEDNN_PRIMITIVE_CACHE_CAPACITY": str(KERNEL_CACHE),
     "LRU_CACHE_CAPACITY": str(KERNEL_CACHE),
+    "MKL_DISABLE_FAST_MM": "1",
 }
 
 
@@ -78,7 +83,7 @@ def configure_allocators() -> bool:
     imported, only glibc's settings still take effect.
     """
     if "torch" in sys.modules:  # too late, and cpu_kernels would take the caches for bounded
-        logger.debug("torch was imported first: its allocation and kernel-cache settings stay")
+        logger.debug("torch was imported first: its allocation, kernel-cache and MKL settings stay")
     else:
         for name, value in _TORCH_SETTINGS.items():
             os.environ.setdefault(name, value)

@@ -95,3 +95,52 @@ print(int(released), kept - memory.resident_mib())
     released, dropped = out.stdout.split()
     assert released == "1"
     assert float(dropped) > 100, out.stdout  # the freed 128 MiB left the resident set
+
+
+@pytest.mark.skipif(
+    sys.platform != "linux" or platform.libc_ver()[0] != "glibc", reason="mallinfo2 is glibc's"
+)
+def test_fp32_products_leave_no_buffers_held_after_configure_allocators():
+    """MKL's memory manager keeps the buffers it packs fp32 products into (held between training
+    steps); configure_allocators turns it off, so the heap holds nothing once the product is gone."""
+    import torch
+
+    if not torch.backends.mkl.is_available():
+        pytest.skip("this PyTorch build has no MKL")
+    script = """
+import ctypes, sys
+from training import memory
+if sys.argv[1] == "configured":
+    assert memory.configure_allocators()  # before torch is imported, as train.py does
+import torch
+torch.set_num_threads(1)
+class Info(ctypes.Structure):  # glibc's struct mallinfo2
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                               "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = Info
+def held():
+    info = libc.mallinfo2()
+    return info.uordblks + info.hblkhd  # in use on the heap, and mapped on its own
+torch.randn(8, 64) @ torch.randn(64, 64)  # MKL started
+before = held()
+for rows in (96, 160, 224):  # a few batch shapes
+    x, w = torch.randn(rows, 256), torch.randn(512, 256)
+    y = x @ w.T
+    del x, w, y
+print((held() - before) / 2**20)
+"""
+    held = {}
+    for mode in ("configured", "default"):
+        env = {k: v for k, v in os.environ.items() if k != "MKL_DISABLE_FAST_MM"}
+        out = subprocess.run(
+            [sys.executable, "-c", script, mode],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
+            timeout=300,
+        )
+        held[mode] = float(out.stdout.split()[-1])
+    assert held["default"] > 4, held  # MKL's pool kept its buffers (~14 MiB here)
+    assert held["configured"] < 1, held  # freed with the product
