@@ -142,5 +142,6 @@ print((held() - before) / 2**20)
             timeout=300,
         )
         held[mode] = float(out.stdout.split()[-1])
-    assert held["default"] > 4, held  # MKL's pool kept its buffers (~14 MiB here)
-    assert held["configured"] < 1, held  # freed with the product
+    # MKL's pool kept its buffers: ~14 MiB with AVX512 kernels, ~1.3 MiB with AVX2's (emulated Zen 3).
+    assert held["default"] > 1, held
+    assert held["configured"] < 0.25, held  # freed with the product (~0.001 MiB measured)
