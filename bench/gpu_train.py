@@ -18,6 +18,12 @@ batch through every configuration, the order rotated each round):
 * each with its own Adam (fused, as training's ``optimizer.fused`` auto), lr 1e-4,
   gradient-norm clipping at 1.0; bf16 autocast around forward and loss (``bf16-mixed``), or fp32.
 
+``--configs`` leaves configurations out (a compile costs minutes of a short GPU lease);
+``--loss-block-rows N`` adds ours eager with the loss's logits N rows at a time, against the
+device's default (``training.loss.default_block_rows``); ``--profile FILE`` takes one step of each
+configuration under ``torch.profiler`` after the timed rounds: the operators' table goes to FILE,
+the device's busy time over the step's wall time and the host's kernel launches to the JSON.
+
 Batches: random ids in the shapes of the training sampler's batches (``data.batching.
 TokenBucketBatchSampler``, ``--max-tokens`` padded tokens per batch, ``data.max_tokens``) over
 synthetic sentence lengths: normal(``--mean-len``, ``--sd-len``) subwords, clipped to [4, 128],
@@ -75,6 +81,7 @@ from data.batching import TokenBucketBatchSampler  # noqa: E402
 from training.module import FUSED_ADAM_DEVICES  # noqa: E402
 from transformer.hardware import bf16_capability  # noqa: E402
 
+CONFIGS = ("ours-eager", "ours-compiled", "torch-eager", "torch-compiled")
 H100_BF16_DENSE_TFLOPS = 989.0  # H100 SXM5 (and H200) dense bf16 tensor-core peak, NVIDIA's data sheet
 GIB = 2**30
 
@@ -162,8 +169,16 @@ def make_batches(args: argparse.Namespace, vocab: int) -> list[dict]:
 class Runner:
     """One model, its optimizer, eager or compiled; ``step(batch)`` is one timed training step."""
 
-    def __init__(self, name: str, model: torch.nn.Module, compiled: bool, args: argparse.Namespace) -> None:
+    def __init__(
+        self,
+        name: str,
+        model: torch.nn.Module,
+        compiled: bool,
+        args: argparse.Namespace,
+        block_rows: int | None = None,
+    ) -> None:
         self.name, self.compiled, self.device = name, compiled, torch.device(args.device)
+        self.block_rows = block_rows  # ours: the loss's rows of logits at a time; None: the default
         self.model = model.to(self.device).train()
         self.bf16 = args.precision == "bf16"
         fused = self.device.type in FUSED_ADAM_DEVICES  # as training's optimizer.fused: null
@@ -178,7 +193,8 @@ class Runner:
 
     @property
     def label(self) -> str:
-        return f"{self.name} {'compiled' if self.compiled else 'eager'}"
+        blocks = "" if self.block_rows is None else f" blocks{self.block_rows}"
+        return f"{self.name} {'compiled' if self.compiled else 'eager'}{blocks}"
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -201,7 +217,8 @@ class Runner:
             others = torch.cuda.memory_allocated(self.device) - self.resident_bytes()
         start = time.perf_counter()
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            loss = self.losses(self.model, src, tgt_in, tgt_out, PAD, 0.1).sum() / batch["tokens"]
+            extra = () if self.block_rows is None else (self.block_rows,)
+            loss = self.losses(self.model, src, tgt_in, tgt_out, PAD, 0.1, *extra).sum() / batch["tokens"]
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.opt.step()
@@ -221,6 +238,38 @@ def count_flops(runner: Runner, batch: dict) -> float:
     return counter.get_total_flops()
 
 
+def profile_step(runner: Runner, batch: dict, path: str) -> dict:
+    """One step of ``runner`` under ``torch.profiler``: what bounds it.
+
+    Appends the operators' table (sorted by device time on CUDA, by CPU time elsewhere) to
+    ``path``; returns the step's wall time, the device's busy time (the sum of its kernels' and
+    copies' own times), their ratio, and the kernel launches the host made.
+    """
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    cuda = runner.device.type == "cuda"
+    if cuda:
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        runner.step(batch, timed=False)
+    wall_s = runner.warmup_times.pop()
+    averages = prof.key_averages()
+    busy_us = sum(getattr(e, "self_device_time_total", 0.0) for e in averages) if cuda else 0.0
+    launches = sum(e.count for e in averages if "LaunchKernel" in e.key)
+    sort_by = "self_device_time_total" if cuda else "self_cpu_time_total"
+    with open(path, "a") as f:
+        f.write(f"== {runner.label}: one step of batch {batch['padded']}, wall {wall_s * 1e3:.1f} ms, ")
+        f.write(f"device busy {busy_us / 1e3:.1f} ms, {launches} kernel launches\n")
+        f.write(averages.table(sort_by=sort_by, row_limit=25) + "\n")
+    out = {
+        "wall_ms": wall_s * 1e3,
+        "device_busy_ms": busy_us / 1e3,
+        "busy_fraction": busy_us / 1e6 / wall_s if cuda else math.nan,
+        "kernel_launches": launches,
+    }
+    print(f"== profile {runner.label}: " + ", ".join(f"{k} {v:.3g}" for k, v in out.items()), flush=True)
+    return out
+
+
 def measure(size: str, args: argparse.Namespace, peak_flops: float) -> tuple[list[list], dict]:
     """Interleaved rounds of every configuration of one model size: table rows and JSON."""
     s = model_sizes(size, args.vocab)
@@ -228,15 +277,22 @@ def measure(size: str, args: argparse.Namespace, peak_flops: float) -> tuple[lis
     runners = []
     for name in ("ours", "torch"):
         for compiled in (False, True) if args.compile else (False,):
+            config = f"{name}-{'compiled' if compiled else 'eager'}"
+            if config not in args.configs and config != "ours-eager":  # the FLOP check runs ours eager
+                continue
             torch.manual_seed(args.seed)
             model = build_ours(s) if name == "ours" else TorchTransformer(s)
             runners.append(Runner(name, model, compiled, args))
+    if args.loss_block_rows:
+        torch.manual_seed(args.seed)
+        runners.append(Runner("ours", build_ours(s), False, args, block_rows=args.loss_block_rows))
     n_params = {r.name: sum(p.numel() for p in r.model.parameters()) for r in runners}
     counted = count_flops(runners[0], batches[0])
     analytic = train_flops(s, batches[0])[1]
     print(
         f"== model={size}: {s}; ours {n_params['ours']:,} parameters, nn.Transformer "
-        f"{n_params['torch']:,}; batch shapes (b, S, T) {' '.join(str(b['padded']) for b in batches)}; "
+        f"{n_params.get('torch', 0):,}; batch shapes (b, S, T) "
+        f"{' '.join(str(b['padded']) for b in batches)}; "
         f"FlopCounterMode / analytic FLOPs of one eager step of ours (padded): {counted / analytic:.3f}",
         flush=True,
     )
@@ -246,6 +302,8 @@ def measure(size: str, args: argparse.Namespace, peak_flops: float) -> tuple[lis
         for runner in runners[r % len(runners) :] + runners[: r % len(runners)]:
             try:
                 runner.step(batch, timed=r >= args.warmup)
+                if r < args.warmup:  # where the compiles go, also when a time limit ends the run
+                    print(f"   warm-up {r}: {runner.label} {runner.warmup_times[-1]:.2f} s", flush=True)
             except Exception as err:  # reported in the table and the JSON
                 if r >= args.warmup:
                     raise  # a failure after warm-up would make the timed rounds unequal
@@ -255,6 +313,8 @@ def measure(size: str, args: argparse.Namespace, peak_flops: float) -> tuple[lis
                 runner.opt.state.clear()
                 if args.device.startswith("cuda"):
                     torch.cuda.empty_cache()
+
+    profiles = {r.label: profile_step(r, batches[0], args.profile) for r in runners} if args.profile else {}
 
     timed = [batches[(args.warmup + i) % len(batches)] for i in range(args.steps)]
     tokens = sum(b["tokens"] for b in timed)
@@ -286,6 +346,8 @@ def measure(size: str, args: argparse.Namespace, peak_flops: float) -> tuple[lis
             "last_loss": r.last_loss,
             "step_seconds": r.times,
         }
+        if r.label in profiles:
+            out["profile"] = profiles[r.label]
         results[r.label] = out
         rows.append(
             [
@@ -339,6 +401,25 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="timed rounds (each: every configuration once)")
     parser.add_argument(
         "--no-compile", dest="compile", action="store_false", help="eager configurations only"
+    )
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        default=list(CONFIGS),
+        choices=CONFIGS,
+        help="which to run (default all; ours-eager always: the FLOP check runs on it)",
+    )
+    parser.add_argument(
+        "--loss-block-rows",
+        type=int,
+        default=None,
+        help="also ours eager with the loss's blocks of this many rows (against the device's default)",
+    )
+    parser.add_argument(
+        "--profile",
+        default=None,
+        help="after the timed rounds, one step of each configuration under torch.profiler: the "
+        "operators' table appended to this file, the device's busy time in the JSON",
     )
     parser.add_argument(
         "--compile-backend", default="inductor", help="torch.compile backend (default inductor)"

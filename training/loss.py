@@ -28,6 +28,18 @@ from torch import Tensor
 # storage against 486 MiB with 2,048 rows, and ran 2-6% faster (BENCHMARKS.md, "Memory"); 128
 # rows saved little more (341 MiB) and were no faster than 2,048.
 BLOCK_ROWS = 512
+# On other devices (a GPU), blocks of up to 2^27 fp32 logits (512 MiB): each block is ~10 kernel
+# launches of a few microseconds of arithmetic, so 512-row blocks would spend a 25,000-token batch's
+# loss on ~50 blocks of launches, where memory is plentiful.
+ACCELERATOR_BLOCK_ELEMENTS = 2**27
+
+
+def default_block_rows(device: torch.device, vocab: int) -> int:
+    """Rows per block of logits on ``device`` for a ``vocab``-word output: ``BLOCK_ROWS`` on the
+    CPU, elsewhere as many as fit ``ACCELERATOR_BLOCK_ELEMENTS`` fp32 logits (at least ``BLOCK_ROWS``)."""
+    if device.type == "cpu":
+        return BLOCK_ROWS
+    return max(BLOCK_ROWS, ACCELERATOR_BLOCK_ELEMENTS // max(1, vocab))
 
 
 def _compute_dtype(x: Tensor) -> torch.dtype:
@@ -202,7 +214,7 @@ def projected_cross_entropy(
     target: Tensor,
     ignore_index: int,
     label_smoothing: float = 0.0,
-    block_rows: int = BLOCK_ROWS,
+    block_rows: int | None = None,
 ) -> Tensor:
     """Label-smoothed cross-entropy of every position's logits ``hidden @ weight.T + bias``.
 
@@ -218,11 +230,13 @@ def projected_cross_entropy(
             gradient, and no logits are computed for them.
         ignore_index: the padding id.
         label_smoothing: epsilon of label smoothing.
-        block_rows: rows whose logits exist at once.
+        block_rows: rows whose logits exist at once; None: ``default_block_rows`` of the device.
 
     Returns:
         [...] fp32 losses (the shape of ``target``), 0 at ignored positions.
     """
+    if block_rows is None:
+        block_rows = default_block_rows(hidden.device, weight.size(0))
     real = target != ignore_index  # (...)
     rows = _ProjectedCrossEntropy.apply(
         hidden[real],  # (N, d) real positions only

@@ -108,7 +108,13 @@ def gather_objects(items: list[Any]) -> list[Any]:
 
 
 def token_losses(
-    model: nn.Module, src: Tensor, tgt_in: Tensor, tgt_out: Tensor, pad_id: int, label_smoothing: float
+    model: nn.Module,
+    src: Tensor,
+    tgt_in: Tensor,
+    tgt_out: Tensor,
+    pad_id: int,
+    label_smoothing: float,
+    block_rows: int | None = None,
 ) -> Tensor:
     """Label-smoothed cross-entropy of every target token, zero at padding.
 
@@ -121,6 +127,7 @@ def token_losses(
         tgt_out: [batch, tgt_len] target ids + EOS, right-padded with ``pad_id``.
         pad_id: the padding id (ignored positions).
         label_smoothing: epsilon of label smoothing.
+        block_rows: rows of logits at a time (``training.loss``); None: the device's default.
 
     Returns:
         [batch, tgt_len] losses, 0 at padding.
@@ -130,7 +137,7 @@ def token_losses(
     # (training/loss.py).
     output = model.output
     return projected_cross_entropy(
-        hidden, output.weight, output.bias, tgt_out, pad_id, label_smoothing
+        hidden, output.weight, output.bias, tgt_out, pad_id, label_smoothing, block_rows
     )  # (B, T)
 
 

@@ -15,6 +15,7 @@ def test_gpu_train_bench_smoke_runs_on_the_cpu(tmp_path):
     out = tmp_path / "gpu_train.json"
     args = ["--device", "cpu", "--models", "tiny", "--steps", "2", "--warmup", "1", "--batches", "1"]
     args += ["--max-tokens", "512", "--vocab", "500", "--no-compile", "--threads", "1", "--json", str(out)]
+    args += ["--loss-block-rows", "64", "--profile", str(tmp_path / "profile.txt")]
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "gpu_train.py"), *args],
         capture_output=True,
@@ -27,9 +28,29 @@ def test_gpu_train_bench_smoke_runs_on_the_cpu(tmp_path):
     data = json.loads(out.read_text())
     tiny = data["results"]["tiny"]
     assert 0.95 < tiny["info"]["flop_counter_over_analytic_padded"] < 1.05  # the formula counts the matmuls
-    for label in ("ours eager", "torch eager"):
+    for label in ("ours eager", "torch eager", "ours eager blocks64"):
         r = tiny["results"][label]
         assert r["tokens_per_s"] > 0 and 0 < r["mfu"] <= r["mfu_padded"] and len(r["step_seconds"]) == 2
+        assert r["profile"]["wall_ms"] > 0 and r["profile"]["device_busy_ms"] == 0  # no device on a CPU
+    profile = (tmp_path / "profile.txt").read_text()
+    assert profile.count("== tiny ") == 0 and profile.count("== ours eager") == 2  # ours, ours blocks64
+    assert "aten::mm" in profile
+
+
+def test_gpu_train_configs_leave_configurations_out(tmp_path):
+    out = tmp_path / "gpu_train.json"
+    args = ["--device", "cpu", "--models", "tiny", "--steps", "1", "--warmup", "1", "--batches", "1"]
+    args += ["--max-tokens", "256", "--vocab", "300", "--no-compile", "--threads", "1", "--json", str(out)]
+    args += ["--configs", "ours-eager"]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "gpu_train.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert list(json.loads(out.read_text())["results"]["tiny"]["results"]) == ["ours eager"]
 
 
 def test_gpu_train_refuses_batches_first_seen_while_timed():

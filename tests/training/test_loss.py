@@ -126,3 +126,37 @@ def test_fp32_keeps_no_vocabulary_sized_gradient() -> None:
         del losses
     assert kept[torch.float32] < real * 2000 * 2 / 4  # the gradients: rows x d and vocabulary x d
     assert kept[torch.bfloat16] >= real * 2000 * 2  # the bf16 gradient of the logits
+
+
+def _logit_products(rows: int, vocab: int) -> int:
+    """How many block products of logits one forward pass with the default block size makes."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            if func in (torch.ops.aten.mm.out, torch.ops.aten.addmm.out):
+                Count.n += 1
+            return func(*args, **(kwargs or {}))
+
+    hidden = torch.zeros(1, rows, 4)
+    target = torch.ones(1, rows, dtype=torch.long)
+    with Count():
+        projected_cross_entropy(hidden, torch.zeros(vocab, 4), None, target, PAD, 0.1)
+    return Count.n
+
+
+def test_default_blocks_are_small_on_the_cpu_and_few_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    import training.loss as loss_mod
+
+    assert _logit_products(2_000, 100) == -(-2_000 // loss_mod.BLOCK_ROWS)  # 4 blocks of 512 rows
+    # Elsewhere (a GPU): blocks of up to 2^27 logits, 512 rows at least.
+    rows = loss_mod.default_block_rows(torch.device("cuda"), 32_000)
+    assert rows * 32_000 <= loss_mod.ACCELERATOR_BLOCK_ELEMENTS < (rows + 1) * 32_000
+    assert 25_000 // rows < 25_000 // loss_mod.BLOCK_ROWS
+    assert loss_mod.default_block_rows(torch.device("cuda"), 10**9) == loss_mod.BLOCK_ROWS
+    # The loss asks for its device's default.
+    asked = []
+    monkeypatch.setattr(loss_mod, "default_block_rows", lambda device, vocab: asked.append(device) or 300)
+    assert _logit_products(2_000, 100) == 7 and asked == [torch.device("cpu")]
