@@ -128,7 +128,9 @@ def child_loader(data_dir: str, cache_dir: str, batches: int, workers: int, max_
 
 def _run_child(args: list[str]) -> dict:
     # The child's clock starts here: its time to the first batch includes starting Python.
-    env = dict(os.environ, PYTHONPATH=str(ROOT), DATA_SCALE_STARTED=repr(time.time()))
+    # ROOT before any PYTHONPATH already set (the GPU machine's carried wheels are on it).
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, PYTHONPATH=path, DATA_SCALE_STARTED=repr(time.time()))
     out = subprocess.run([sys.executable, __file__, *args], env=env, capture_output=True, text=True)
     if out.returncode:
         sys.exit(f"data_scale.py: {' '.join(args[:2])} failed:\n{out.stderr[-3000:]}")

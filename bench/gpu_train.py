@@ -58,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
+from torch.autograd import DeviceType  # noqa: E402
 from torch.utils.flop_counter import (  # noqa: E402
     FlopCounterMode,
     flop_registry,
@@ -253,7 +254,8 @@ def profile_step(runner: Runner, batch: dict, path: str) -> dict:
         runner.step(batch, timed=False)
     wall_s = runner.warmup_times.pop()
     averages = prof.key_averages()
-    busy_us = sum(getattr(e, "self_device_time_total", 0.0) for e in averages) if cuda else 0.0
+    # The kernels' and copies' own events (a CPU operator's device time counts its kernels again).
+    busy_us = sum(e.self_device_time_total for e in averages if e.device_type == DeviceType.CUDA)
     launches = sum(e.count for e in averages if "LaunchKernel" in e.key)
     sort_by = "self_device_time_total" if cuda else "self_cpu_time_total"
     with open(path, "a") as f:
