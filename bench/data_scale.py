@@ -102,6 +102,12 @@ def child_loader(data_dir: str, cache_dir: str, batches: int, workers: int, max_
     dm = _datamodule(data_dir, cache_dir, [f"data.num_workers={workers}", f"data.max_tokens={max_tokens}"])
     dm.pin_memory = cuda
     dm.setup("fit")
+    available = len(dm.batch_sampler("train"))
+    if batches >= available:  # one epoch is timed: the first batch is untimed
+        sys.exit(
+            f"--loader-batches {batches}: the corpus makes {available} batches of {max_tokens} tokens, "
+            f"and one is untimed; ask for fewer, or for more --pairs"
+        )
     loader = dm.train_dataloader()
     it = iter(loader)
     next(it)  # workers started, first batch made
