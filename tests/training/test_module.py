@@ -11,7 +11,7 @@ from torch._dynamo.utils import counters
 from torch.utils.data import DataLoader
 
 from data.batching import collate_batch
-from data.tokenizer import BOS_ID, EOS_ID, SubwordTokenizer
+from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SubwordTokenizer
 from tests.toy_text import toy_pairs, train_word_spm
 from training.module import EvalDecoding, TranslationModule
 from training.schedule import inverse_sqrt_factor
@@ -81,6 +81,32 @@ def test_compiled_training_steps_give_the_eager_losses(backend):
     with torch.no_grad():
         module.loss(batch, label_smoothing=0.0)
     assert not counters["stats"]["unique_graphs"]
+
+
+def test_compiled_loss_over_several_bf16_blocks_gives_the_eager_losses_and_gradients(monkeypatch):
+    """The path that failed to compile on an H200 (several loss blocks under bf16 autocast): the
+    loss runs eager under torch.compile, and the step equals the eager one."""
+    import training.loss as loss_mod
+    from training.module import token_losses
+
+    batch, _, vocab = _toy_batch()
+    monkeypatch.setattr(loss_mod, "default_block_rows", lambda device, vocab: 8)  # several blocks
+    torch._dynamo.reset()
+    counters.clear()
+    results = {}
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = TranslationModule(_tiny(vocab)).model.train()
+        fn = torch.compile(token_losses, backend="aot_eager") if compiled else token_losses
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            losses = fn(model, batch["src"], batch["tgt_in"], batch["tgt_out"], PAD_ID, 0.1)
+        losses.sum().backward()
+        results[compiled] = [losses.detach()] + [p.grad for p in model.parameters()]
+    assert counters["stats"]["unique_graphs"] >= 1  # the model was compiled
+    torch._dynamo.reset()
+    assert int((batch["tgt_out"] != PAD_ID).sum()) > 16  # more than two blocks of 8 rows
+    for a, b in zip(results[True], results[False], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-2)
 
 
 def test_fused_adam_is_clipped_under_bf16_autocast():
