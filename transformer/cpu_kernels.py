@@ -341,12 +341,20 @@ class Dropout(nn.Dropout):
     bytes an element until the backward pass. The scale multiplies after the mask, in fp32
     arithmetic, as before: the results are the same either way.
 
-    On other devices, in eval mode and at p 0 or 1, it is ``nn.Dropout``.
+    On other devices, in eval mode, at p 0 or 1, and under ``torch.compile`` (whose compiled code
+    draws its own masks; the in-place ``random_`` here would break the graph at every dropout),
+    it is ``nn.Dropout``.
     """
 
     def forward(self, x: Tensor) -> Tensor:
         """x: [...] -> [...]."""
-        if not self.training or x.device.type != "cpu" or not 0.0 < self.p < 1.0 or self.inplace:
+        if (
+            not self.training
+            or x.device.type != "cpu"
+            or not 0.0 < self.p < 1.0
+            or self.inplace
+            or torch.compiler.is_compiling()
+        ):
             return super().forward(x)
         dtype = x.dtype if x.dtype in (torch.bfloat16, torch.float16) else torch.bool
         mask, scale = keep_mask(x.shape, self.p, x.device, dtype)

@@ -396,3 +396,17 @@ def test_dropout_is_nn_dropout_in_eval_and_in_bfloat16_keeps_its_dtype():
     assert torch.equal(cpu_kernels.Dropout(0.1).eval()(x), x)
     y = cpu_kernels.Dropout(0.1).train()(x.bfloat16())
     assert y.dtype == torch.bfloat16
+
+
+def test_dropout_leaves_torch_compile_one_graph():
+    """Under torch.compile the masks are the compiled code's own: no graph break at each dropout
+    (the in-place random_ of keep_mask breaks a graph), and the rate is still the rate."""
+    layer = torch.nn.Sequential(torch.nn.Linear(16, 16), cpu_kernels.Dropout(0.25), torch.nn.ReLU())
+    layer.train()
+    explained = torch._dynamo.explain(layer)(torch.randn(4, 16))
+    assert explained.graph_count == 1 and explained.graph_break_count == 0
+    torch._dynamo.reset()
+    out = torch.compile(cpu_kernels.Dropout(0.25).train(), backend="aot_eager")(torch.ones(200_000))
+    torch._dynamo.reset()
+    assert abs(float((out == 0).float().mean()) - 0.25) < 0.01
+    assert torch.allclose(out[out != 0], torch.tensor(1 / 0.75))
