@@ -11,18 +11,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_gpu_train_bench_smoke_runs_on_the_cpu(tmp_path):
-    out = tmp_path / "gpu_train.json"
-    args = ["--device", "cpu", "--models", "tiny", "--steps", "2", "--warmup", "1", "--batches", "1"]
-    args += ["--max-tokens", "512", "--vocab", "500", "--no-compile", "--threads", "1", "--json", str(out)]
-    args += ["--loss-block-rows", "64", "--profile", str(tmp_path / "profile.txt")]
-    proc = subprocess.run(
+def _bench(args: list[str]) -> subprocess.CompletedProcess:
+    """bench/gpu_train.py with ``args``, one thread."""
+    return subprocess.run(
         [sys.executable, str(ROOT / "bench" / "gpu_train.py"), *args],
         capture_output=True,
         text=True,
         timeout=300,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
+
+
+def test_gpu_train_bench_smoke_runs_on_the_cpu(tmp_path):
+    out = tmp_path / "gpu_train.json"
+    args = ["--device", "cpu", "--models", "tiny", "--steps", "2", "--warmup", "1", "--batches", "1"]
+    args += ["--max-tokens", "512", "--vocab", "500", "--no-compile", "--threads", "1", "--json", str(out)]
+    args += ["--loss-block-rows", "64", "--profile", str(tmp_path / "profile.txt")]
+    proc = _bench(args)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "| tiny ours eager " in proc.stdout and "| tiny torch eager " in proc.stdout
     data = json.loads(out.read_text())
@@ -42,23 +47,12 @@ def test_gpu_train_configs_leave_configurations_out(tmp_path):
     args = ["--device", "cpu", "--models", "tiny", "--steps", "1", "--warmup", "1", "--batches", "1"]
     args += ["--max-tokens", "256", "--vocab", "300", "--no-compile", "--threads", "1", "--json", str(out)]
     args += ["--configs", "ours-eager"]
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "gpu_train.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    proc = _bench(args)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert list(json.loads(out.read_text())["results"]["tiny"]["results"]) == ["ours eager"]
 
 
 def test_gpu_train_refuses_batches_first_seen_while_timed():
     args = ["--device", "cpu", "--models", "tiny", "--steps", "2", "--warmup", "1", "--batches", "2"]
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "gpu_train.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = _bench(args)
     assert proc.returncode == 2 and "--warmup 1 < --batches 2" in proc.stderr
