@@ -118,7 +118,8 @@ def token_losses(
 ) -> Tensor:
     """Label-smoothed cross-entropy of every target token, zero at padding.
 
-    The forward pass and the loss in one function: what ``compile`` compiles.
+    The forward pass and the loss in one function: what ``compile`` compiles (the model; the
+    loss itself runs eager, ``training.loss.projected_cross_entropy``).
 
     Args:
         model: a ``Transformer``: ``model(src, tgt_in, project=False)`` is the decoder output
