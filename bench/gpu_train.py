@@ -21,8 +21,10 @@ batch through every configuration, the order rotated each round):
 ``--configs`` leaves configurations out (a compile costs minutes of a short GPU lease);
 ``--loss-block-rows N`` adds ours eager with the loss's logits N rows at a time, against the
 device's default (``training.loss.default_block_rows``); ``--profile FILE`` takes one step of each
-configuration under ``torch.profiler`` after the timed rounds: the operators' table goes to FILE,
-the device's busy time over the step's wall time and the host's kernel launches to the JSON.
+configuration under ``torch.profiler`` after the timed rounds: the operators' table goes to FILE
+(on a CPU with inductor's generated kernels as rows of their own), the device's busy time over the
+step's wall time and the host's kernel launches to the JSON. The process makes train.py's
+allocator settings first (``training.memory``): on a CPU the step is the recipe's.
 
 Batches: random ids in the shapes of the training sampler's batches (``data.batching.
 TokenBucketBatchSampler``, ``--max-tokens`` padded tokens per batch, ``data.max_tokens``) over
@@ -54,6 +56,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from training.memory import configure_allocators  # noqa: E402
+
+# As train.py does, before torch is imported: on a CPU the bounded oneDNN kernel caches decide
+# how often a product's kernel is made again (training/memory.py), so the step is the recipe's.
+configure_allocators()
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -449,6 +457,12 @@ def main() -> None:
     # Every compiled configuration recompiles token_losses (one code object) for its own model
     # and shapes; torch's default limit of 8 would send the later ones back to eager.
     torch._dynamo.config.recompile_limit = 64
+    if args.profile and not args.device.startswith("cuda"):
+        # Inductor's generated CPU kernels as rows of the profile, each named after the operators it
+        # fuses, instead of one row for a whole compiled graph. Read when a kernel is compiled, so
+        # set before any: the timed steps run the same kernels (each records its own span, as an
+        # eager operator does).
+        torch._inductor.config.cpp.enable_kernel_profile = True
     device = torch.device(args.device)
     native, capability = bf16_capability(device.type)
     if args.precision == "auto":
