@@ -238,7 +238,9 @@ def prefers_written_out(q: Tensor, keys: int) -> bool:
 
 def softmax(scores: Tensor) -> Tensor:
     """``scores.softmax(dim=-1)``, written out in place for rows shorter than 16 with autograd off (3.)."""
-    if scores.size(-1) >= 16 or torch.is_grad_enabled() or scores.device.type != "cpu":
+    # The length is asked last: compiled training (grad on) then makes no guard on it, which would
+    # compile the model again for sentences on each side of 16 tokens.
+    if torch.is_grad_enabled() or scores.device.type != "cpu" or scores.size(-1) >= 16:
         return scores.softmax(dim=-1)
     weights = (scores - scores.amax(dim=-1, keepdim=True)).exp_()
     return weights.div_(weights.sum(dim=-1, keepdim=True))
