@@ -21,6 +21,7 @@ loss is ``logsumexp(z) - (1 - e) z[y] - e mean(z)``.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 # Rows per block: 512 rows of 8,000 fp32 logits are 16 MB at a time. On the recipe's model (bf16,
@@ -207,10 +208,42 @@ def _row_scaled_grads(
     return grad_h, grad_w, grad_b
 
 
-# Not traced by torch.compile: the compiled model hands its decoder output to this eager loss.
-# Dynamo failed (an AssertionError) on the autograd.Function over several blocks under bf16
-# autocast on an H200 (model=base, 32,000 words). Eager, the loss's element-wise passes over each
-# block stay unfused: ~10 ms of a compiled base step's 47 ms of GPU time (BENCHMARKS.md, "GPU").
+def token_cross_entropy(
+    hidden: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    target: Tensor,
+    ignore_index: int,
+    label_smoothing: float = 0.0,
+    block_rows: int | None = None,
+) -> Tensor:
+    """The training loss: :func:`projected_cross_entropy` eager, the two-call form under ``torch.compile``.
+
+    Compiled (``compile=true``), the loss is ``F.cross_entropy(F.linear(...).float(), ...)`` as
+    written, which inductor fuses into a few kernels over the logits (as it does for
+    ``nn.Transformer``'s loss), instead of the block loss's unfused passes: those took ~10 ms of a
+    compiled ``model=base`` step's 47 ms of GPU time (BENCHMARKS.md, "GPU"), and Dynamo failed
+    on its autograd.Function over several bf16 blocks. The price is the [tokens, vocabulary]
+    tensors of the two-call form, which the compiled code keeps for the backward pass. Eager,
+    nothing changes. Arguments and result as :func:`projected_cross_entropy`'s (``block_rows``
+    is unused when compiled).
+    """
+    if torch.compiler.is_compiling():
+        logits = F.linear(hidden, weight, bias)  # (..., V)
+        losses = F.cross_entropy(
+            logits.float().flatten(0, -2),
+            target.flatten(),
+            ignore_index=ignore_index,
+            label_smoothing=label_smoothing,
+            reduction="none",
+        )
+        return losses.view_as(target)
+    return projected_cross_entropy(hidden, weight, bias, target, ignore_index, label_smoothing, block_rows)
+
+
+# Not traced by torch.compile (token_cross_entropy gives compiled code the two-call form): Dynamo
+# failed (an AssertionError) on the autograd.Function over several blocks under bf16 autocast on
+# an H200 (model=base, 32,000 words).
 @torch.compiler.disable
 def projected_cross_entropy(
     hidden: Tensor,

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from data.tokenizer import SPECIAL_IDS
-from training.loss import projected_cross_entropy
+from training.loss import token_cross_entropy
 from training.memory import peak_resident_mib, release_free_memory, resident_mib
 from training.nonfinite import NonFiniteGuard, total_grad_norm
 from training.schedule import inverse_sqrt_factor
@@ -118,8 +118,8 @@ def token_losses(
 ) -> Tensor:
     """Label-smoothed cross-entropy of every target token, zero at padding.
 
-    The forward pass and the loss in one function: what ``compile`` compiles (the model; the
-    loss itself runs eager, ``training.loss.projected_cross_entropy``).
+    The forward pass and the loss in one function: what ``compile`` compiles (the model, and the
+    loss in the form inductor fuses: ``training.loss.token_cross_entropy``).
 
     Args:
         model: a ``Transformer``: ``model(src, tgt_in, project=False)`` is the decoder output
@@ -134,10 +134,10 @@ def token_losses(
         [batch, tgt_len] losses, 0 at padding.
     """
     hidden = model(src, tgt_in, project=False)  # (B, T, d_model)
-    # The output projection and the loss a block of rows at a time: no (B, T, V) logits are kept
-    # (training/loss.py).
+    # The output projection and the loss, eager a block of rows at a time: no (B, T, V) logits are
+    # kept (training/loss.py).
     output = model.output
-    return projected_cross_entropy(
+    return token_cross_entropy(
         hidden, output.weight, output.bias, tgt_out, pad_id, label_smoothing, block_rows
     )  # (B, T)
 

@@ -1,5 +1,6 @@
 """On CUDA the block loss takes its device's default blocks (few, large) and still equals
-``F.linear`` then ``F.cross_entropy``, forward and backward, in fp32 and under bf16 autocast."""
+``F.linear`` then ``F.cross_entropy``, forward and backward, in fp32 and under bf16 autocast; compiled,
+the training loss (the two-call form) equals it."""
 
 from __future__ import annotations
 
@@ -47,4 +48,17 @@ def test_cuda_block_loss_equals_linear_then_cross_entropy(bf16: bool, cap: int |
     ref = _run(_reference, bf16)
     tol = {"rtol": 2e-2, "atol": 2e-2} if bf16 else {"rtol": 1e-4, "atol": 1e-5}
     for a, b in zip(ours, ref, strict=True):
+        torch.testing.assert_close(a, b, **tol)
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_cuda_compiled_training_loss_equals_the_eager_block_loss(bf16: bool) -> None:
+    """Compiled by inductor, ``token_cross_entropy`` is the two-call form; eager, the block loss."""
+    torch._dynamo.reset()
+    fn = torch.compile(lambda h, w, t: loss_mod.token_cross_entropy(h, w, None, t, PAD, 0.1))
+    compiled = _run(fn, bf16)
+    eager = _run(lambda h, w, t: loss_mod.token_cross_entropy(h, w, None, t, PAD, 0.1), bf16)
+    torch._dynamo.reset()
+    tol = {"rtol": 2e-2, "atol": 2e-2} if bf16 else {"rtol": 1e-4, "atol": 1e-5}
+    for a, b in zip(compiled, eager, strict=True):
         torch.testing.assert_close(a, b, **tol)

@@ -1,4 +1,5 @@
-"""projected_cross_entropy equals F.linear then F.cross_entropy, forward and backward."""
+"""projected_cross_entropy equals F.linear then F.cross_entropy, forward and backward; compiled, the
+training loss (token_cross_entropy) equals it."""
 
 from __future__ import annotations
 
@@ -160,3 +161,23 @@ def test_default_blocks_are_small_on_the_cpu_and_few_elsewhere(monkeypatch: pyte
     asked = []
     monkeypatch.setattr(loss_mod, "default_block_rows", lambda device, vocab: asked.append(device) or 300)
     assert _logit_products(2_000, 100) == 7 and asked == [torch.device("cpu")]
+
+
+def test_training_loss_compiled_by_inductor_equals_the_eager_block_loss_under_bf16() -> None:
+    """``token_cross_entropy``: compiled it is the two-call form (inductor's fused kernels), eager
+    the block loss; the two agree, losses and gradients, under bf16 autocast."""
+    from training.loss import token_cross_entropy
+
+    hidden, weight, b, target, upstream = _inputs(bias=True)
+
+    def loss(h, w, bias, t, eps):  # noqa: ANN001, ANN202
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return token_cross_entropy(h, w, bias, t, PAD, eps, block_rows=4)
+
+    torch._dynamo.reset()
+    compiled = _grads(torch.compile(loss), hidden, weight, b, target, upstream, 0.1)
+    torch._dynamo.reset()
+    eager = _grads(loss, hidden, weight, b, target, upstream, 0.1)
+    torch.testing.assert_close(compiled[0], eager[0], rtol=2e-2, atol=2e-2)
+    for a, e in zip(compiled[1], eager[1], strict=True):
+        torch.testing.assert_close(a, e, rtol=2e-2, atol=2e-2)
