@@ -33,6 +33,10 @@ BLOCK_ROWS = 512
 # launches of a few microseconds of arithmetic, so 512-row blocks would spend a 25,000-token batch's
 # loss on ~50 blocks of launches, where memory is plentiful.
 ACCELERATOR_BLOCK_ELEMENTS = 2**27
+# Devices whose compiled training keeps the eager block loss (token_cross_entropy): on the CPU
+# inductor's fused log-softmax over the recipe's 8,000 words took 84 ms of a compiled step where
+# the block loss takes ~40 (BENCHMARKS.md, "Training speed").
+EAGER_LOSS_DEVICES = frozenset({"cpu"})
 
 
 def default_block_rows(device: torch.device, vocab: int) -> int:
@@ -217,18 +221,20 @@ def token_cross_entropy(
     label_smoothing: float = 0.0,
     block_rows: int | None = None,
 ) -> Tensor:
-    """The training loss: :func:`projected_cross_entropy` eager, the two-call form under ``torch.compile``.
+    """The training loss: :func:`projected_cross_entropy`, or under ``torch.compile`` on a GPU the
+    two-call form.
 
-    Compiled (``compile=true``), the loss is ``F.cross_entropy(F.linear(...).float(), ...)`` as
-    written, which inductor fuses into a few kernels over the logits (as it does for
-    ``nn.Transformer``'s loss), instead of the block loss's unfused passes: those took ~10 ms of a
-    compiled ``model=base`` step's 47 ms of GPU time (BENCHMARKS.md, "GPU"), and Dynamo failed
-    on its autograd.Function over several bf16 blocks. The price is the [tokens, vocabulary]
-    tensors of the two-call form, which the compiled code keeps for the backward pass. Eager,
-    nothing changes. Arguments and result as :func:`projected_cross_entropy`'s (``block_rows``
-    is unused when compiled).
+    Compiled (``compile=true``) on a device not in ``EAGER_LOSS_DEVICES``, the loss is
+    ``F.cross_entropy(F.linear(...).float(), ...)`` as written, which inductor fuses into a few
+    kernels over the logits (as it does for ``nn.Transformer``'s loss), instead of the block
+    loss's unfused passes: those took ~10 ms of a compiled ``model=base`` step's 47 ms of GPU time
+    (BENCHMARKS.md, "GPU"), and Dynamo failed on its autograd.Function over several bf16 blocks.
+    The price is the [tokens, vocabulary] tensors of the two-call form, which the compiled code
+    keeps for the backward pass. Eager, and compiled on the CPU, it is the block loss (run eager:
+    the compiled graph ends before it). Arguments and result as :func:`projected_cross_entropy`'s
+    (``block_rows`` is unused by the two-call form).
     """
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() and hidden.device.type not in EAGER_LOSS_DEVICES:
         logits = F.linear(hidden, weight, bias)  # (..., V)
         losses = F.cross_entropy(
             logits.float().flatten(0, -2),
@@ -241,9 +247,9 @@ def token_cross_entropy(
     return projected_cross_entropy(hidden, weight, bias, target, ignore_index, label_smoothing, block_rows)
 
 
-# Not traced by torch.compile (token_cross_entropy gives compiled code the two-call form): Dynamo
-# failed (an AssertionError) on the autograd.Function over several blocks under bf16 autocast on
-# an H200 (model=base, 32,000 words).
+# Not traced by torch.compile (token_cross_entropy gives compiled GPU code the two-call form):
+# Dynamo failed (an AssertionError) on the autograd.Function over several blocks under bf16
+# autocast on an H200 (model=base, 32,000 words).
 @torch.compiler.disable
 def projected_cross_entropy(
     hidden: Tensor,
