@@ -63,3 +63,4 @@ step decode_profile 240 python3 bench/decode_speed.py --profile
 step train_profile 240 python3 bench/train_speed.py --profile
 step decode_compile 420 python3 bench/decode_speed.py --workloads random --compile --bf16 --reps 2 --slow-reps 0 --json decode_compile
 step train_workers 420 python3 bench/train_speed.py --rounds 6 --workers 2 --worker-rounds 6 --json train_workers
+step inductor_cpu 300 python3 bench/inductor_cpu.py
