@@ -322,8 +322,9 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
         warmup, average = int(cfg.optimizer.warmup_steps), int(cfg.average_last)
         callbacks.append(TimeBudgetCheck(budget_s, warmup, average, cfg.checkpoint.every_n_updates))
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
-    ddp_timeout = trainer_cfg.pop("ddp_timeout", None)  # ours, not a Trainer argument
-    strategy = ddp_strategy(trainer_cfg.get("strategy", "auto"), ddp_timeout)
+    ddp_timeout = trainer_cfg.pop("ddp_timeout", None)  # ours, not Trainer arguments
+    rendezvous_timeout = trainer_cfg.pop("ddp_rendezvous_timeout", None)
+    strategy = ddp_strategy(trainer_cfg.get("strategy", "auto"), ddp_timeout, rendezvous_timeout)
     if ddp_timeout is not None and strategy != "auto":
         callbacks.append(RankWatch(float(ddp_timeout)))
     trainer: L.Trainer = instantiate(

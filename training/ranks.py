@@ -1,5 +1,11 @@
 """DDP processes that wait for each other at most ``trainer.ddp_timeout``, and say who is missing.
 
+Starting is not hanging: the processes meet first at the rendezvous, where a rank that is still
+importing torch, Lightning and Hydra on a slow or busy node may arrive many seconds after rank 0.
+The rendezvous waits ``trainer.ddp_rendezvous_timeout`` (generous, as torchrun's is); only once
+every rank has joined does the process group's timeout become ``trainer.ddp_timeout``, so a short
+hang detection never makes a slow-starting node fail to connect.
+
 Under DDP a rank that hangs (a stuck data loader, a deadlocked kernel) or dies leaves the others
 waiting in the next collective, the gradient all-reduce, for the process group's timeout (30
 minutes by default, then an error that names no rank), or forever. Two things make it short and
@@ -31,6 +37,7 @@ import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.strategies import DDPStrategy
 from torch import Tensor
+from torch.distributed.distributed_c10d import _set_pg_timeout
 
 logger = logging.getLogger(__name__)
 
@@ -39,17 +46,49 @@ class RankTimeoutError(RuntimeError):
     """Ranks did not reach the barrier before a backward pass within ``trainer.ddp_timeout``."""
 
 
-def ddp_strategy(strategy: Any, timeout_s: float | None) -> Any:
-    """``strategy``, with ``"ddp"`` made Lightning's ``DDPStrategy`` with a ``timeout_s`` process group.
+class RendezvousDDPStrategy(DDPStrategy):
+    """Lightning's DDP whose processes join within one timeout and then wait for each other within another.
+
+    Args:
+        timeout_s: every collective's timeout once all ranks have joined (``trainer.ddp_timeout``).
+        rendezvous_timeout_s: how long the ranks wait for each other to join the process group
+            (``trainer.ddp_rendezvous_timeout``).
+    """
+
+    def __init__(self, timeout_s: float, rendezvous_timeout_s: float) -> None:
+        super().__init__(timeout=timedelta(seconds=rendezvous_timeout_s))
+        self.collective_timeout = timedelta(seconds=timeout_s)
+
+    def setup_distributed(self) -> None:
+        super().setup_distributed()  # init_process_group, waiting up to the rendezvous timeout
+        # init_process_group takes one timeout for both the join and the collectives; torch's
+        # _set_pg_timeout (private, documented in its source; gloo and NCCL) changes the second.
+        _set_pg_timeout(self.collective_timeout)
+
+
+def _positive(key: str, seconds: float) -> float:
+    if seconds <= 0:
+        raise ValueError(f"trainer.{key} must be a positive number of seconds, not {seconds}")
+    return float(seconds)
+
+
+def ddp_strategy(strategy: Any, timeout_s: float | None, rendezvous_timeout_s: float | None = None) -> Any:
+    """``strategy``, with ``"ddp"`` made a :class:`RendezvousDDPStrategy`.
+
+    Args:
+        strategy: ``trainer.strategy``; anything but ``"ddp"`` is returned as it is.
+        timeout_s: ``trainer.ddp_timeout``, the collectives' timeout (None: Lightning's DDP as is).
+        rendezvous_timeout_s: ``trainer.ddp_rendezvous_timeout`` (None: ``timeout_s``).
 
     Raises:
-        ValueError: a ``timeout_s`` that is not positive.
+        ValueError: a timeout that is not positive, naming its key.
     """
     if timeout_s is None or strategy != "ddp":
         return strategy
-    if timeout_s <= 0:
-        raise ValueError(f"trainer.ddp_timeout must be a positive number of seconds, not {timeout_s}")
-    return DDPStrategy(timeout=timedelta(seconds=timeout_s))
+    timeout_s = _positive("ddp_timeout", timeout_s)
+    if rendezvous_timeout_s is None:
+        rendezvous_timeout_s = timeout_s
+    return RendezvousDDPStrategy(timeout_s, _positive("ddp_rendezvous_timeout", rendezvous_timeout_s))
 
 
 def missing_ranks(message: str) -> list[int]:

@@ -58,6 +58,7 @@ SAFE_TO_CHANGE = (
     "trainer.enable_model_summary",
     "trainer.limit_test_batches",
     "trainer.ddp_timeout",
+    "trainer.ddp_rendezvous_timeout",
     "trainer.devices",
     "trainer.num_nodes",
     "data.num_workers",

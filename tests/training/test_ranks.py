@@ -1,7 +1,8 @@
 """Under DDP a rank that hangs or raises stops every process, and the log names the rank and the update.
 
 Two gloo processes on the CPU with ``trainer.ddp_timeout=5``: rank 1 sleeps in (or raises from) its
-training step of the second update.
+training step of the second update. In the hang test rank 1 also starts later than the timeout
+after rank 0, as on a slow node: joining waits ``trainer.ddp_rendezvous_timeout``, not the 5 s.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from training.ranks import RankWatch, ddp_strategy, missing_ranks
 # not ``python -c``: Lightning starts the other rank by running sys.argv[0] again.
 FAULTY_TRAIN = """
 import os, sys, time
+if os.environ.get("LOCAL_RANK") == "1":  # Lightning's second process: a slow start
+    time.sleep(float(os.environ.get("START_DELAY", "0")))
 import training.module as m
 real = m.TranslationModule.training_step
 def training_step(self, batch, batch_idx):
@@ -40,6 +43,7 @@ import train
 train.main()
 """
 TIMEOUT_S = 5
+START_DELAY_S = 2 * TIMEOUT_S  # rank 1 starts this much later: longer than the collectives' timeout
 
 
 def test_missing_ranks_are_read_from_torchs_message():
@@ -54,7 +58,11 @@ def test_a_timeout_must_be_positive_and_only_ddp_gets_one():
     with pytest.raises(ValueError, match="trainer.ddp_timeout must be a positive"):
         ddp_strategy("ddp", -1)
     assert ddp_strategy("auto", 5) == "auto"
-    assert ddp_strategy("ddp", 5)._timeout.total_seconds() == 5
+    with pytest.raises(ValueError, match="trainer.ddp_rendezvous_timeout must be a positive"):
+        ddp_strategy("ddp", 5, 0)
+    assert ddp_strategy("ddp", 5, 900)._timeout.total_seconds() == 900  # joining
+    assert ddp_strategy("ddp", 5, 900).collective_timeout.total_seconds() == 5
+    assert ddp_strategy("ddp", 5)._timeout.total_seconds() == 5  # no rendezvous timeout: the one
 
 
 def _running(pid_file: Path) -> bool:
@@ -66,8 +74,11 @@ def _running(pid_file: Path) -> bool:
         return False
 
 
-def _run_with_fault(tmp_path: Path, fault: str) -> tuple[int, str, float, bool]:
-    """Exit status, output, seconds taken, and whether the hung rank still ran after the main process."""
+def _run_with_fault(tmp_path: Path, fault: str, start_delay_s: float = 0) -> tuple[int, str, float, bool]:
+    """Exit status, output, seconds taken, and whether the hung rank still ran after the main process.
+
+    ``start_delay_s``: how much later than rank 0 rank 1 starts.
+    """
     corpus = write_toy_corpus(tmp_path / "corpus")
     script = tmp_path / "faulty_train.py"
     script.write_text(FAULTY_TRAIN)
@@ -81,7 +92,7 @@ def _run_with_fault(tmp_path: Path, fault: str) -> tuple[int, str, float, bool]:
     ]
     pid_file = tmp_path / "sleeper.pid"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CONF_DIR": str(ROOT / "conf"), "PYTHONUNBUFFERED": "1"}
-    env.update(FAULT=fault, FAULT_RANK="1", SLEEPER_PID=str(pid_file))
+    env.update(FAULT=fault, FAULT_RANK="1", SLEEPER_PID=str(pid_file), START_DELAY=str(start_delay_s))
     start = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, str(script), *overrides],
@@ -106,10 +117,10 @@ def _run_with_fault(tmp_path: Path, fault: str) -> tuple[int, str, float, bool]:
 
 @pytest.mark.slow
 def test_a_rank_that_hangs_stops_the_others_within_the_timeout_naming_it(tmp_path):
-    code, out, elapsed, hung_still_running = _run_with_fault(tmp_path, "sleep")
+    code, out, elapsed, hung_still_running = _run_with_fault(tmp_path, "sleep", START_DELAY_S)
     assert code != 0, out[-3000:]
-    assert (tmp_path / "sleeper.pid").exists(), out[-3000:]  # rank 1 did hang
-    assert elapsed < 120, out[-3000:]  # not the 300 s rank 1 sleeps
+    assert (tmp_path / "sleeper.pid").exists(), out[-3000:]  # rank 1 joined late, trained, then hung
+    assert elapsed < 120 + START_DELAY_S, out[-3000:]  # not the 300 s rank 1 sleeps
     message = "update 2, epoch 0: rank 0 waited for the other processes before the backward pass and rank 1"
     assert message in out and f"did not arrive within trainer.ddp_timeout={TIMEOUT_S} s" in out, out[-3000:]
     assert "RankTimeoutError" in out
