@@ -19,7 +19,7 @@ from training.memory import configure_allocators
 
 configure_allocators()  # before torch is imported and allocates (training/memory.py)
 
-from data.corpus import CorpusNotFoundError  # noqa: E402
+from data.corpus import CorpusError, CorpusNotFoundError  # noqa: E402
 from training.pipeline import train  # noqa: E402
 
 
@@ -29,9 +29,9 @@ def main(cfg: DictConfig) -> None:
     logging.getLogger("training").setLevel(logging.INFO)
     try:
         train(cfg)
-    except CorpusNotFoundError as err:
-        # A missing corpus is the user's to fix and the message says how: print it alone. Hydra
-        # catches Exception only, so SystemExit passes it by without a traceback.
+    except (CorpusNotFoundError, CorpusError) as err:
+        # A missing or damaged corpus is the user's to fix and the message says how: print it
+        # alone. Hydra catches Exception only, so SystemExit passes it by without a traceback.
         sys.exit(f"train.py: error: {err}")
 
 

@@ -19,10 +19,12 @@ by ``datasets``. A log line names the source and why it was chosen.
 filtered, so there ``id`` is also the position of the row and of its reference.
 
 Hub rows are taken as they are (no stripping, no splitting on any separator), as local lines are.
-Local files are read by :func:`data.lines.read_lines` in its strict mode (``LineMode.STRICT``):
+Local files are read by :func:`data.lines.iter_line_blocks` in its strict mode (``LineMode.STRICT``):
 split on ``b"\\n"`` only, so ``\\r``, U+2028, ``\\x85``, ... stay inside their line and source and
-target stay aligned; ``\\r`` removed only from a file whose every line ends with ``\\r\\n``; a byte
-order mark removed; invalid UTF-8 an error naming the file and line.
+target stay aligned; ``\\r\\n`` read as a line end, with a warning naming the file; a byte order
+mark removed; invalid UTF-8 or a NUL byte an error naming the file and line, or, with
+``bad_lines="skip"``, a training pair dropped, counted and logged by file and line
+(:class:`SkippedLines`).
 
 Preparing a corpus for training (streamed into a cache entry, blank training pairs dropped) is
 :mod:`data.prepared`.
@@ -42,7 +44,7 @@ from datasets.exceptions import DatasetNotFoundError
 from huggingface_hub.errors import LocalEntryNotFoundError
 
 from data.arrow_pairs import write_pairs
-from data.lines import CorruptFileError, UndecodableLineError, iter_line_blocks
+from data.lines import BadLineError, CorruptFileError, OnBadLine, UndecodableLineError, iter_line_blocks
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +58,8 @@ DATA_DIR_ENV = "MULTI30K_DIR"
 MULTI30K_HUB_ID = "bentrevett/multi30k"
 # The hub's standard split names (datasets.Split), which the fallback hub dataset is read with.
 HUB_SPLITS: tuple[str, str, str] = ("train", "validation", "test")
+# Skipped lines logged one by one, per file; the rest are counted.
+_LOGGED_SKIPS = 10
 # What the hub raises when it cannot be reached and the dataset is not in the cache (offline,
 # HF_HUB_OFFLINE=1, a timeout), or when the dataset does not exist there.
 _HUB_UNREADABLE = (ConnectionError, TimeoutError, LocalEntryNotFoundError, DatasetNotFoundError)
@@ -217,28 +221,92 @@ def find_split_file(data_dir: str | Path, split: str, lang: str) -> Path:
     )
 
 
-def _corpus_errors(blocks: Iterator[list[str]]) -> Iterator[list[str]]:
-    """``blocks``, with a file's undecodable or corrupt content raised as a :class:`CorpusError`."""
+def _corpus_errors(blocks: Iterator[list[str]], skippable: bool) -> Iterator[list[str]]:
+    """``blocks``, with a file's bad or corrupt content raised as a :class:`CorpusError` saying what to do.
+
+    ``skippable``: the lines are training lines, which ``bad_lines=skip`` could drop.
+    """
     try:
         yield from blocks
-    except (UndecodableLineError, CorruptFileError) as err:
+    except BadLineError as err:
+        fix = (
+            "re-encode the file as UTF-8 (iconv -f ITS_ENCODING -t UTF-8) or remove the line"
+            if isinstance(err, UndecodableLineError)
+            else "remove the NUL bytes (tr -d '\\000') or the line"
+        )
+        if skippable:
+            fix += ", or set data.bad_lines=skip to drop such training pairs (counted and logged)"
+        else:
+            fix += " (data.bad_lines=skip drops training pairs only: the others are scored line by line)"
+        raise CorpusError(f"{err}: {fix}") from None
+    except CorruptFileError as err:
         raise CorpusError(str(err)) from None
 
 
-def iter_parallel_blocks(src_path: Path, tgt_path: Path) -> Iterator[tuple[list[str], list[str]]]:
+class SkippedLines:
+    """The lines whose pairs ``bad_lines="skip"`` drops (invalid UTF-8, NUL bytes), by file.
+
+    Each file's first :data:`_LOGGED_SKIPS` are logged as they are met; :meth:`summary` counts all.
+
+    Attributes:
+        lines: numbers (from 1) of the lines dropped, in either file of the pair.
+    """
+
+    def __init__(self) -> None:
+        self.lines: set[int] = set()
+        self._by_file: dict[str, list[int]] = {}
+
+    def recorder(self, path: Path) -> OnBadLine:
+        """What :func:`data.lines.iter_line_blocks` calls for each bad line of ``path``."""
+        numbers = self._by_file.setdefault(str(path), [])
+
+        def record(line: int, fault: str) -> None:
+            self.lines.add(line)
+            numbers.append(line)
+            if len(numbers) <= _LOGGED_SKIPS:
+                logger.warning("%s line %d: %s: pair skipped (bad_lines=skip)", path, line, fault)
+
+        return record
+
+    def summary(self) -> str:
+        """``"3 pairs: a.de 2 (lines 5, 9), a.en 1 (line 7)"``, or ``""`` when none was skipped."""
+        if not self.lines:
+            return ""
+        parts = []
+        for name, numbers in self._by_file.items():
+            if numbers:
+                shown = ", ".join(map(str, numbers[:_LOGGED_SKIPS])) + (
+                    ", ..." if len(numbers) > _LOGGED_SKIPS else ""
+                )
+                parts.append(f"{name} {len(numbers)} (line{'s' if len(numbers) > 1 else ''} {shown})")
+        return f"{len(self.lines)} pair{'s' if len(self.lines) > 1 else ''}: " + ", ".join(parts)
+
+
+def iter_parallel_blocks(
+    src_path: Path, tgt_path: Path, skipped: SkippedLines | None = None, skippable: bool = True
+) -> Iterator[tuple[list[str], list[str]]]:
     """Stream two line-aligned files as aligned blocks of ``(source lines, target lines)``.
 
     Each file is read by :func:`data.lines.iter_line_blocks` (the strict mode, in bounded memory).
 
+    Args:
+        src_path: the source file.
+        tgt_path: the target file, line for line.
+        skipped: where lines with invalid UTF-8 or a NUL byte are recorded (they are yielded with
+            invalid bytes replaced, for the caller to drop); ``None``: such a line is an error.
+        skippable: the files are a training split, whose bad lines ``bad_lines=skip`` could drop
+            (the error says so).
+
     Raises:
         CorpusError: the line counts differ (the message names both files and both counts,
-            counted to the end of both files); a file is not valid UTF-8 (the message names the
-            file, the line and the bytes); a compressed file is corrupt or cut short (the
-            message names the file and the last line read whole).
+            counted to the end of both files); without ``skipped``, a line with invalid UTF-8 or
+            a NUL byte (the message names the file, the line and the byte); a compressed file is
+            not gzip, or is corrupt or cut short (the message names the file and the last line
+            read whole).
     """
     src_blocks, tgt_blocks = (
-        _corpus_errors(iter_line_blocks(src_path)),
-        _corpus_errors(iter_line_blocks(tgt_path)),
+        _corpus_errors(iter_line_blocks(path, None if skipped is None else skipped.recorder(path)), skippable)
+        for path in (src_path, tgt_path)
     )
     src_buf: list[str] = []
     tgt_buf: list[str] = []
@@ -258,7 +326,11 @@ def iter_parallel_blocks(src_path: Path, tgt_path: Path) -> Iterator[tuple[list[
     if src_buf or tgt_buf:
         src_n += sum(len(b) for b in src_blocks)
         tgt_n += sum(len(b) for b in tgt_blocks)
-        raise CorpusError(f"line counts differ: {src_path} has {src_n} lines, {tgt_path} has {tgt_n} lines")
+        raise CorpusError(
+            f"line counts differ: {src_path} has {src_n} lines, {tgt_path} has {tgt_n} lines; line N of"
+            " one must be the translation of line N of the other: look for a sentence broken over two"
+            " lines or a line missing (paste the files side by side to find where they part)"
+        )
 
 
 def read_parallel_files(src_path: Path, tgt_path: Path) -> tuple[list[str], list[str]]:
@@ -284,9 +356,20 @@ def _split_names(train_split: str, valid_split: str, test_split: str) -> dict[st
 _HUB_BLOCK_ROWS = 50_000
 
 
-def _local_blocks(src_path: Path, tgt_path: Path) -> Iterator[tuple[None, list[str], list[str]]]:
-    for src, tgt in iter_parallel_blocks(src_path, tgt_path):
-        yield None, src, tgt
+def _local_blocks(
+    src_path: Path, tgt_path: Path, skipped: SkippedLines | None = None, skippable: bool = True
+) -> Iterator[tuple[np.ndarray, list[str], list[str]]]:
+    """Aligned blocks of ``(line ids from 0, sources, targets)``; the pairs ``skipped`` records left out."""
+    start = 0
+    for src, tgt in iter_parallel_blocks(src_path, tgt_path, skipped, skippable):
+        ids = np.arange(start, start + len(src), dtype=np.int64)
+        start += len(src)
+        if skipped is not None and skipped.lines:
+            keep = [i for i in range(len(src)) if int(ids[i]) + 1 not in skipped.lines]
+            if len(keep) < len(src):
+                ids, src, tgt = ids[keep], [src[i] for i in keep], [tgt[i] for i in keep]
+        if src:
+            yield ids, src, tgt
 
 
 def load_local_corpus(

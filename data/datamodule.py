@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader
 from data.arrow_pairs import StreamedColumn
 from data.batching import TokenBucketBatchSampler, TokenizedPairs, collate_columns, padding_fraction
 from data.corpus import MULTI30K_HUB_ID, SPLITS
-from data.prepared import drop_long_pairs, prepare_corpus
+from data.prepared import BAD_LINES, drop_long_pairs, prepare_corpus
 from data.tokenized import tokenize_split
 from data.tokenizer import SubwordTokenizer, default_cache_dir, train_or_load_tokenizers
 
@@ -93,6 +93,9 @@ class TranslationDataModule(L.LightningDataModule):
             ``$NMT_CACHE_DIR``, else ``~/.cache/nmt-transformer``.
         run_dir: the run's directory; the SentencePiece model(s) are copied to
             ``<run_dir>/tokenizer/``. ``None``: kept in the cache only.
+        bad_lines: a training line of a local file with invalid UTF-8 or a NUL byte is an
+            ``"error"`` naming the file and line, or its pair is dropped (``"skip"``), counted and
+            logged by file and line (:func:`data.prepared.prepare_corpus`).
     """
 
     def __init__(
@@ -120,6 +123,7 @@ class TranslationDataModule(L.LightningDataModule):
         pin_memory: bool | None = None,
         cache_dir: str | None = None,
         run_dir: str | None = None,
+        bad_lines: str = "error",
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -145,6 +149,9 @@ class TranslationDataModule(L.LightningDataModule):
         self.pin_memory = pin_memory
         self.cache_dir = cache_dir if cache_dir is not None else default_cache_dir()
         self.run_dir = run_dir
+        if bad_lines not in BAD_LINES:
+            raise ValueError(f"data.bad_lines must be one of {', '.join(BAD_LINES)}, not {bad_lines!r}")
+        self.bad_lines = bad_lines
 
         self.corpus: datasets.DatasetDict | None = None  # raw text: id, src, tgt
         self.tokenized: datasets.DatasetDict | None = None  # id, src_ids, tgt_ids, src/tgt_len
@@ -170,6 +177,7 @@ class TranslationDataModule(L.LightningDataModule):
             hub_config=self.hub_config,
             fallback_hub_id=self.fallback_hub_id,
             cache_dir=self.cache_dir,
+            bad_lines=self.bad_lines,
             **self.split_names,
         )
         corpus = prepared.splits

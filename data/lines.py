@@ -3,19 +3,20 @@
 Python's universal newlines and ``str.splitlines()`` also split on ``\\r``, U+2028, U+2029,
 ``\\x85``, ``\\x0b``, ``\\x0c``, ... (:data:`LINE_BREAKS`), which silently breaks the alignment of
 a source line with its target or its translation. Here only ``b"\\n"`` ends a line; the other
-characters stay inside their line. In both modes a final ``\\n`` does not start an extra line, a
-last line without ``\\n`` is kept, and a UTF-8 byte order mark at the start is removed. The modes
-differ where the input is not clean:
+characters stay inside their line. In both modes a final ``\n`` does not start an extra line, a
+last line without ``\n`` is kept, a UTF-8 byte order mark at the start is removed, and one ``\r``
+is removed from the end of each line that has one: ``\r\n`` is a line end (a Windows file, or
+lines pasted from one), while a ``\r`` inside a line stays. The modes differ where the input is
+not clean:
 
 * :attr:`LineMode.STRICT`, for corpora: invalid UTF-8 raises :class:`UndecodableLineError`
-  naming the file, the line and the bytes; a ``\\r`` before ``\\n`` is removed only when *every*
-  line ends with ``\\r\\n`` (a Windows file), and kept otherwise.
+  and a NUL byte :class:`BadLineError`, each naming the file, the line and the byte; lines that
+  ended with ``\r\n`` are counted in one warning naming the file.
 * :attr:`LineMode.LOSSLESS`, for translation input: invalid UTF-8 is replaced by U+FFFD with a
-  warning that names the line; one ``\\r`` is removed from the end of each line that has one.
+  warning that names the line.
 
-Why two: a training corpus must never be silently altered (a stray ``\\r`` in one line of a Unix
-file is data), while a translation filter must give exactly one output line for every input line,
-whatever the input holds.
+Why two: a training corpus must never be silently altered, while a translation filter must give
+exactly one output line for every input line, whatever the input holds.
 
 :func:`iter_line_blocks` gives the strict mode's lines of a file in blocks, holding about 16 MB at
 a time, for corpora of any size.
@@ -30,7 +31,7 @@ import enum
 import gzip
 import logging
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -46,18 +47,25 @@ _TO_SPACE = str.maketrans(dict.fromkeys(LINE_BREAKS, " "))
 
 
 class LineMode(enum.Enum):
-    """How :func:`decode_lines` treats invalid UTF-8 and ``\\r`` (see the module docstring)."""
+    """How :func:`decode_lines` treats invalid UTF-8 and NUL bytes (see the module docstring)."""
 
     STRICT = "strict"
-    """Corpora: nothing is altered silently; invalid UTF-8 raises; ``\\r`` removed only from a
-    file whose every line ends with ``\\r\\n``."""
+    """Corpora: nothing is altered silently; invalid UTF-8 and NUL bytes raise; ``\\r\\n`` line
+    ends counted in a warning."""
     LOSSLESS = "lossless"
-    """Translation input: no line is lost; invalid UTF-8 replaced with a warning; one trailing
-    ``\\r`` removed from each line."""
+    """Translation input: no line is lost; invalid UTF-8 replaced with a warning."""
 
 
-class UndecodableLineError(ValueError):
+class BadLineError(ValueError):
+    """A line a corpus cannot hold (invalid UTF-8, a NUL byte); the message names the file, line and byte."""
+
+
+class UndecodableLineError(BadLineError):
     """Invalid UTF-8 in :attr:`LineMode.STRICT`; the message names the file, the line and the bytes."""
+
+
+# Called with a bad line's number (from 1) and what is wrong with it, in place of raising.
+OnBadLine = Callable[[int, str], None]
 
 
 def one_line(text: str) -> str:
@@ -108,18 +116,59 @@ def read_lines(path: str | Path, mode: LineMode) -> list[str]:
     return decode_lines(raw, str(path), mode)
 
 
-def _decode_strict(raw: bytes, name: str, first_line: int = 1) -> str:
-    """UTF-8 text of ``raw`` (whole lines, the first one line ``first_line``), or an error naming the line."""
+def _decode_strict(raw: bytes, name: str, first_line: int = 1, on_bad: OnBadLine | None = None) -> str:
+    """UTF-8 text of ``raw`` (whole lines, the first one line ``first_line``), checked line by line.
+
+    A line with invalid UTF-8 or a NUL byte raises :class:`BadLineError` naming it, or, with
+    ``on_bad``, is reported to it and kept (invalid bytes replaced by U+FFFD) so that the lines
+    stay aligned with another file's.
+    """
     try:
-        return raw.decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        line_no = first_line + raw.count(b"\n", 0, err.start)
-        line_start = raw.rfind(b"\n", 0, err.start) + 1
-        bad = raw[err.start : err.end]
-        raise UndecodableLineError(
-            f"{name}: invalid UTF-8 at line {line_no}, byte {err.start - line_start} of the line "
-            f"({bad!r}: {err.reason})"
-        ) from None
+        if on_bad is None:
+            line_no = first_line + raw.count(b"\n", 0, err.start)
+            line_start = raw.rfind(b"\n", 0, err.start) + 1
+            bad = raw[err.start : err.end]
+            raise UndecodableLineError(
+                f"{name}: invalid UTF-8 at line {line_no}, byte {err.start - line_start} of the line "
+                f"({bad!r}: {err.reason})"
+            ) from None
+        text = "\n".join(
+            _decode_reporting(part, first_line + i, on_bad) for i, part in enumerate(raw.split(b"\n"))
+        )
+    if "\x00" in text:
+        for i, line in enumerate(text.split("\n")):
+            if "\x00" in line:
+                byte = len(line[: line.index("\x00")].encode())
+                if on_bad is None:
+                    raise BadLineError(f"{name}: NUL byte at line {first_line + i}, byte {byte} of the line")
+                on_bad(first_line + i, f"NUL byte at byte {byte} of the line")
+    return text
+
+
+def _decode_reporting(part: bytes, line_no: int, on_bad: OnBadLine) -> str:
+    try:
+        return part.decode("utf-8")
+    except UnicodeDecodeError as err:
+        on_bad(
+            line_no,
+            f"invalid UTF-8 at byte {err.start} of the line ({part[err.start : err.end]!r}: {err.reason})",
+        )
+        return part.decode("utf-8", errors="replace")
+
+
+def _without_cr(lines: list[str]) -> tuple[list[str], int]:
+    """``lines`` with one ``\\r`` removed from the end of each, and how many had one."""
+    ended = sum(1 for line in lines if line.endswith("\r"))
+    if not ended:
+        return lines, 0
+    return [line[:-1] if line.endswith("\r") else line for line in lines], ended
+
+
+def _warn_crlf(name: str, count: int) -> None:
+    if count:
+        logger.warning("%s: %d lines end with \\r\\n (Windows line ends), read as line ends", name, count)
 
 
 def _strict_lines(raw: bytes, name: str) -> list[str]:
@@ -127,8 +176,8 @@ def _strict_lines(raw: bytes, name: str) -> list[str]:
     lines = text.split("\n")
     if text.endswith("\n"):
         lines.pop()
-    if lines and all(line.endswith("\r") for line in lines):
-        lines = [line[:-1] for line in lines]
+    lines, ended = _without_cr(lines)
+    _warn_crlf(name, ended)
     return lines
 
 
@@ -171,43 +220,31 @@ def _open_binary(path: Path) -> BinaryIO:
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
 
 
-def _every_line_ends_crlf(path: Path) -> bool:
-    """Whether every line of ``path`` (the last one too, terminated or not) ends with ``\\r``.
-
-    Stops at the first ``\\n`` without a ``\\r`` before it, i.e. within the first block of a
-    Unix file; a Windows file is scanned to its end.
-    """
-    prev_last = last = b""
-    with _open_binary(path) as f:
-        while block := f.read(_BLOCK_BYTES):
-            if block.count(b"\n") != (prev_last + block).count(b"\r\n"):
-                return False
-            prev_last = last = block[-1:]
-    return last in (b"\n", b"\r")
-
-
-def iter_line_blocks(path: str | Path) -> Iterator[list[str]]:
+def iter_line_blocks(path: str | Path, on_bad: OnBadLine | None = None) -> Iterator[list[str]]:
     """:func:`read_lines` in :attr:`LineMode.STRICT`, streamed: lists of consecutive lines.
 
     One block of about 16 MB is held at a time, however large the file: what a corpus of tens of
     millions of lines is read with. The lines are those of ``read_lines(path, LineMode.STRICT)``
-    whatever the block size (``\\r`` and the byte order mark included).
+    whatever the block size (``\r\n``, its warning and the byte order mark included).
 
     Args:
         path: a plain or ``.gz`` UTF-8 text file; its name is used in errors.
+        on_bad: called with the number and the fault of each line with invalid UTF-8 or a NUL
+            byte, which is then yielded with invalid bytes replaced; ``None``: such a line raises.
 
     Yields:
-        Non-empty lists of lines without their ``\\n``, in file order.
+        Non-empty lists of lines without their ``\n``, in file order.
 
     Raises:
-        UndecodableLineError: invalid UTF-8; the message names the file, the line and the bytes.
-        CorruptFileError: the ``.gz`` file is corrupt or cut short; the message names the file
-            and the last line read whole (lines before it may already have been yielded).
+        BadLineError: without ``on_bad``, invalid UTF-8 (:class:`UndecodableLineError`) or a NUL
+            byte; the message names the file, the line and the byte.
+        CorruptFileError: a ``.gz`` file that is not gzip, or is corrupt or cut short; the message
+            names the file and the last line read whole (lines before it may already have been
+            yielded).
         OSError: the file cannot be read.
     """
     path = Path(path)
-    strip_cr = _every_line_ends_crlf(path)
-    done = 0  # lines yielded so far
+    done = crlf = 0  # lines yielded so far; those of them that ended with \r\n
     rest = b""
     try:
         with _open_binary(path) as f:
@@ -226,13 +263,30 @@ def iter_line_blocks(path: str | Path) -> Iterator[list[str]]:
                     rest = block
                     continue
                 rest = block[cut + 1 :]
-                lines = _decode_strict(block[:cut], str(path), done + 1).split("\n")
-                if strip_cr:
-                    lines = [line[:-1] for line in lines]
+                lines, ended = _without_cr(
+                    _decode_strict(block[:cut], str(path), done + 1, on_bad).split("\n")
+                )
                 done += len(lines)
+                crlf += ended
                 yield lines
-    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
-        raise CorruptFileError(f"{path}: corrupt or truncated gzip data after line {done}: {err}") from None
+    except gzip.BadGzipFile as err:
+        if done == 0:
+            raise CorruptFileError(
+                f"{path} is not gzip data ({err}), yet its name ends in .gz: "
+                "compress it with gzip, or remove .gz from its name"
+            ) from None
+        raise CorruptFileError(_corrupt(path, done, err)) from None
+    except (EOFError, zlib.error) as err:
+        raise CorruptFileError(_corrupt(path, done, err)) from None
     if rest:
-        line = _decode_strict(rest, str(path), done + 1)
-        yield [line[:-1] if strip_cr else line]
+        lines, ended = _without_cr([_decode_strict(rest, str(path), done + 1, on_bad)])
+        crlf += ended
+        yield lines
+    _warn_crlf(str(path), crlf)
+
+
+def _corrupt(path: Path, done: int, err: Exception) -> str:
+    return (
+        f"{path}: corrupt or truncated gzip data after line {done} ({err}): "
+        "download or compress it again (gzip -t checks a file)"
+    )

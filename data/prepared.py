@@ -25,8 +25,10 @@ from data.cache import exclusive, remove_temporaries
 from data.corpus import (
     MULTI30K_HUB_ID,
     SPLITS,
+    CorpusError,
     CorpusNotFoundError,
     CorpusSource,
+    SkippedLines,
     _hub_blocks,
     _local_blocks,
     _local_files,
@@ -40,7 +42,9 @@ from data.corpus import (
 logger = logging.getLogger(__name__)
 
 # Bump when reading or filtering rules change, so old corpus cache entries are not reused.
-_CORPUS_CACHE_VERSION = "1"
+_CORPUS_CACHE_VERSION = "2"  # 2: \\r\\n read as a line end in every file
+# What a training line with invalid UTF-8 or a NUL byte does (data.bad_lines).
+BAD_LINES = ("error", "skip")
 # The last file written into a corpus cache entry; the entry is complete once it exists.
 _COMPLETE = "complete.json"
 
@@ -94,9 +98,10 @@ class PreparedCorpus:
     reused: bool
 
 
-def _source_key(source: CorpusSource, src_lang: str, tgt_lang: str, identity: object) -> str:
+def _source_key(source: CorpusSource, src_lang: str, tgt_lang: str, identity: object, bad_lines: str) -> str:
     settings = {
         "version": _CORPUS_CACHE_VERSION,
+        "bad_lines": bad_lines,
         "langs": [src_lang, tgt_lang],
         "source": [str(source.data_dir), source.hub_id, source.hub_config, list(source.splits)],
         "identity": identity,
@@ -121,6 +126,7 @@ def prepare_corpus(
     test_split: str = "test_2016_flickr",
     fallback_hub_id: str | None = MULTI30K_HUB_ID,
     cache_dir: str | Path | None = None,
+    bad_lines: str = "error",
 ) -> PreparedCorpus:
     """Stream a parallel corpus into Arrow, drop blank training pairs, cache it; or reuse the cache.
 
@@ -148,12 +154,20 @@ def prepare_corpus(
         fallback_hub_id: hub dataset read, with the hub's split names train / validation / test,
             where no local directory is given or found; ``None``: no fallback.
         cache_dir: cache root; ``None``: the splits are built in memory, uncached.
+        bad_lines: a local training line with invalid UTF-8 or a NUL byte is an ``"error"``
+            naming the file and line, or its pair is dropped (``"skip"``), counted and logged by
+            file and line. Validation and test lines are always errors: their pairs are scored
+            against each other line by line.
 
     Raises:
         CorpusNotFoundError: the chosen source cannot be read; when it is the fallback, the
             message names the three local options and the hub id.
-        CorpusError: misaligned, undecodable or corrupt files, or a missing hub split.
+        CorpusError: misaligned, undecodable or corrupt files, an empty split, a missing hub
+            split.
+        ValueError: ``bad_lines`` is not one of :data:`BAD_LINES`.
     """
+    if bad_lines not in BAD_LINES:
+        raise ValueError(f"data.bad_lines must be one of {', '.join(BAD_LINES)}, not {bad_lines!r}")
     source = resolve_corpus_source(
         data_dir, hub_id, hub_config, fallback_hub_id, train_split, valid_split, test_split
     )
@@ -163,8 +177,8 @@ def prepare_corpus(
         files = _local_files(source.data_dir, src_lang, tgt_lang, *source.splits)
         identity = {name: [_file_identity(p) for p in pair] for name, pair in files.items()}
 
-        def blocks(name: str) -> Iterator:
-            return _local_blocks(*files[name])
+        def blocks(name: str, skipped: SkippedLines | None) -> Iterator:
+            return _local_blocks(*files[name], skipped, skippable=name == "train")
 
         def origin(name: str) -> str:
             return f"{files[name][0]} and {files[name][1]}"
@@ -188,7 +202,7 @@ def prepare_corpus(
             _pair_picker(ds, src_lang, tgt_lang)  # a layout error before anything is written
         identity = {name: ds._fingerprint for name, ds in hub.items()}
 
-        def blocks(name: str) -> Iterator:
+        def blocks(name: str, skipped: SkippedLines | None) -> Iterator:
             return _hub_blocks(hub[name], src_lang, tgt_lang)
 
         def origin(name: str) -> str:
@@ -196,16 +210,24 @@ def prepare_corpus(
 
     def build(directory: Path | None) -> PreparedCorpus:
         splits, digests, seconds = {}, {}, {"read": 0.0, "filter": 0.0}
+        skipped = SkippedLines() if bad_lines == "skip" else None
         for name in SPLITS:
             path = None if directory is None else directory / f"{name}.arrow"
             if path is not None:
                 remove_temporaries(path)
-            splits[name], stats = write_pairs(blocks(name), path, drop_blank=name == "train")
+            train = name == "train"
+            splits[name], stats = write_pairs(
+                blocks(name, skipped if train else None), path, drop_blank=train
+            )
             digests[name] = stats.digest
             for stage, value in stats.seconds.items():
                 seconds[stage] += value
             logger.info("read %d %s pairs from %s", stats.rows, name, origin(name))
-            if name == "train":
+            if train and skipped is not None and skipped.summary():
+                logger.warning("%s: skipped %s (data.bad_lines=skip)", name, skipped.summary())
+            if stats.rows == 0:
+                raise CorpusError(f"the {name} split is empty: {origin(name)} hold no lines")
+            if train:
                 logger.info(
                     "%s: kept %d of %d pairs; dropped %d with an empty side, %d with a whitespace-only side",
                     name,
@@ -214,15 +236,22 @@ def prepare_corpus(
                     stats.empty,
                     stats.blank,
                 )
+                if stats.kept == 0:
+                    raise CorpusError(
+                        f"no training pair is left in {origin(name)}: each of its {stats.rows} pairs has an"
+                        " empty or whitespace-only side"
+                    )
         if directory is not None:  # the marker, last: only now is the entry complete
             meta = {"digests": digests, "sizes": {k: len(v) for k, v in splits.items()}}
+            if skipped is not None and skipped.summary():
+                meta["skipped"] = skipped.summary()
             with atomic_write(directory / _COMPLETE) as f:
                 f.write((json.dumps(meta, indent=2) + "\n").encode())
         return PreparedCorpus(datasets.DatasetDict(splits), digests, seconds, reused=False)
 
     if cache_dir is None:
         return build(None)
-    entry = Path(cache_dir) / "corpus" / _source_key(source, src_lang, tgt_lang, identity)
+    entry = Path(cache_dir) / "corpus" / _source_key(source, src_lang, tgt_lang, identity, bad_lines)
     if not (entry / _COMPLETE).is_file():
         with exclusive(entry):
             if not (entry / _COMPLETE).is_file():
@@ -233,6 +262,10 @@ def prepare_corpus(
         {name: datasets.Dataset.from_file(str(entry / f"{name}.arrow")) for name in SPLITS}
     )
     logger.info("reusing corpus %s (%s)", entry, ", ".join(f"{k} {v}" for k, v in meta["sizes"].items()))
+    if "skipped" in meta:
+        logger.warning(
+            "train: skipped %s when the corpus was prepared (data.bad_lines=skip)", meta["skipped"]
+        )
     return PreparedCorpus(splits, meta["digests"], {"read": 0.0, "filter": 0.0}, reused=True)
 
 
@@ -247,6 +280,7 @@ def load_parallel_corpus(
     test_split: str = "test_2016_flickr",
     fallback_hub_id: str | None = MULTI30K_HUB_ID,
     cache_dir: str | Path | None = None,
+    bad_lines: str = "error",
 ) -> datasets.DatasetDict:
     """The splits of :func:`prepare_corpus` (same arguments): blank training pairs dropped.
 
@@ -264,4 +298,5 @@ def load_parallel_corpus(
         test_split,
         fallback_hub_id,
         cache_dir,
+        bad_lines,
     ).splits

@@ -51,6 +51,25 @@ def test_no_local_corpus_and_no_hub_is_one_message_without_traceback(tmp_path: P
     assert "corpus: Hugging Face hub dataset bentrevett/multi30k" in out and f"{shared} absent" in out
 
 
+def test_a_damaged_corpus_is_one_message_naming_file_and_line_without_traceback(tmp_path: Path) -> None:
+    # Each defect's message is tests/data/test_prepared.py's; this is the way train.py prints them.
+    corpus = write_toy_corpus(tmp_path / "corpus", {"train": 40, "val": 2, "test": 2})
+    lines = (corpus / "train.de").read_bytes().split(b"\n")
+    lines[6] = b"ein \xe4 hund"  # Latin-1, not UTF-8
+    (corpus / "train.de").write_bytes(b"\n".join(lines))
+    overrides = [*tiny_run_overrides(corpus, tmp_path / "cache"), f"hydra.run.dir={tmp_path / 'run'}"]
+    proc = subprocess.run(
+        [sys.executable, "train.py", *overrides], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "Traceback" not in out and "HYDRA_FULL_ERROR" not in out, out[-3000:]
+    error = proc.stderr[proc.stderr.index("train.py: error: ") :].strip()
+    assert len(error.splitlines()) == 1, error
+    assert f"{corpus / 'train.de'}: invalid UTF-8 at line 7, byte 4 of the line" in error
+    assert "data.bad_lines=skip" in error
+
+
 def test_a_tiny_auto_precision_run_says_its_precision_and_no_library_deprecation(tmp_path: Path) -> None:
     """python train.py trainer.precision=auto: two updates, a validation and a test, in bf16-mixed
     where this CPU computes bf16 natively, else 32-true; the log says why, and Lightning's treespec

@@ -1,8 +1,7 @@
 """Lines split on \\n only, in both modes: strict (corpora) and lossless (translation input).
 
 Every hostile input is run through both modes: where they agree, the expected lines are given
-once; where they differ (``\\r`` before ``\\n`` in a file that is not wholly CRLF, invalid UTF-8),
-each mode's rule is asserted.
+once; where they differ (invalid UTF-8, NUL bytes), each mode's rule is asserted.
 """
 
 from __future__ import annotations
@@ -14,7 +13,15 @@ from pathlib import Path
 import pytest
 
 from data import lines as lines_mod
-from data.lines import LINE_BREAKS, LineMode, UndecodableLineError, decode_lines, one_line, read_lines
+from data.lines import (
+    LINE_BREAKS,
+    BadLineError,
+    LineMode,
+    UndecodableLineError,
+    decode_lines,
+    one_line,
+    read_lines,
+)
 
 STRICT, LOSSLESS = LineMode.STRICT, LineMode.LOSSLESS
 
@@ -60,15 +67,17 @@ def test_hostile_separators_stay_inside_lines(tmp_path: Path, suffix: str, mode:
     lines = [f"vor{c}nach {i}" for i, c in enumerate(HOSTILE)] + ["\r\r", "ende\r", "\x1c\x1d\x1e"]
     payload = "".join(s + "\n" for s in lines).encode()
     assert len(payload.decode().splitlines()) > len(lines)  # the trap
-    # A \r that ends a line is data in strict mode (the file is not wholly CRLF); lossless removes one.
-    want = lines if mode is STRICT else [s.removesuffix("\r") for s in lines]
+    # \r\n is a line end in both modes: one \r is removed from the end of a line.
+    want = [s.removesuffix("\r") for s in lines]
     assert read_lines(_write(tmp_path / f"train.de{suffix}", payload), mode) == want
 
 
 @pytest.mark.parametrize("mode", [STRICT, LOSSLESS])
 def test_one_line_per_newline_whatever_the_line_holds(mode: LineMode) -> None:
-    # Every non-newline byte value that is valid UTF-8 on its own, and each hostile character.
-    pieces = [bytes([b]) for b in range(0x80) if b != 0x0A] + [c.encode() for c in HOSTILE]
+    # Every non-newline byte value that is valid UTF-8 on its own (NUL aside in strict mode, where
+    # it is an error), and each hostile character.
+    refused = {0x0A} if mode is LOSSLESS else {0x0A, 0x00}
+    pieces = [bytes([b]) for b in range(0x80) if b not in refused] + [c.encode() for c in HOSTILE]
     raw = b"\n".join(b"<" + p + b">" for p in pieces)
     assert len(decode_lines(raw, "x.txt", mode)) == len(pieces)
 
@@ -77,16 +86,71 @@ def test_one_line_per_newline_whatever_the_line_holds(mode: LineMode) -> None:
 
 
 @pytest.mark.parametrize(
-    ("raw", "strict", "lossless"),
+    ("raw", "lines"),
     [
-        (b"eins\r\nzwei\n", ["eins\r", "zwei"], ["eins", "zwei"]),  # not wholly CRLF
-        (b"a\rb\n\r\n", ["a\rb", "\r"], ["a\rb", ""]),  # \r inside a line stays in both
-        (b"a\r\r\nb\r\n", ["a\r", "b"], ["a\r", "b"]),  # only one \r is removed
+        (b"eins\r\nzwei\n", ["eins", "zwei"]),  # not wholly CRLF: \r\n is still a line end
+        (b"a\rb\n\r\n", ["a\rb", ""]),  # \r inside a line stays
+        (b"a\r\r\nb\r\n", ["a\r", "b"]),  # only one \r is removed
+        (b"a\r\nb\r", ["a", "b"]),  # an unterminated last line ending in \r
     ],
 )
-def test_carriage_returns(raw: bytes, strict: list[str], lossless: list[str]) -> None:
-    assert decode_lines(raw, "x.txt", STRICT) == strict
-    assert decode_lines(raw, "x.txt", LOSSLESS) == lossless
+@pytest.mark.parametrize("mode", [STRICT, LOSSLESS])
+def test_carriage_returns(raw: bytes, lines: list[str], mode: LineMode) -> None:
+    assert decode_lines(raw, "x.txt", mode) == lines
+
+
+def test_strict_mode_warns_once_per_file_about_windows_line_ends(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = _write(tmp_path / "train.de.gz", b"eins\r\nzwei\r\ndrei\n" * 3)
+    with caplog.at_level("WARNING", logger="data.lines"):
+        lines = [line for block in lines_mod.iter_line_blocks(path) for line in block]
+    assert lines == ["eins", "zwei", "drei"] * 3
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}: 6 lines end with \\r\\n (Windows line ends), read as line ends"
+    ]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="data.lines"):
+        list(lines_mod.iter_line_blocks(_write(tmp_path / "unix.de", b"eins\nzwei\n")))
+    assert not caplog.records
+
+
+@pytest.mark.parametrize("suffix", ["", ".gz"])
+def test_strict_mode_refuses_a_nul_byte_naming_file_line_and_byte(tmp_path: Path, suffix: str) -> None:
+    path = _write(tmp_path / f"train.de{suffix}", b"gut\nEin\x00Hund\nok\n")
+    for read in (lambda: read_lines(path, STRICT), lambda: list(lines_mod.iter_line_blocks(path))):
+        with pytest.raises(BadLineError, match=rf"{path}: NUL byte at line 2, byte 3 of the line"):
+            read()
+    assert decode_lines(b"a\x00b\n", "in.txt", LOSSLESS) == ["a\x00b"]  # translation input keeps it
+
+
+@pytest.mark.parametrize("block", [2, 5, 1 << 24])
+def test_bad_lines_are_reported_in_place_of_raising_and_keep_the_alignment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    monkeypatch.setattr(lines_mod, "_BLOCK_BYTES", block)
+    path = _write(tmp_path / "train.de", b"gut\nkaputt \xff\nEin\x00Hund\r\nok")
+    bad: list[tuple[int, str]] = []
+    lines = [
+        line for b in lines_mod.iter_line_blocks(path, lambda n, why: bad.append((n, why))) for line in b
+    ]
+    assert lines == ["gut", "kaputt \ufffd", "Ein\x00Hund", "ok"]
+    assert [n for n, _ in bad] == [2, 3]
+    assert "invalid UTF-8 at byte 7" in bad[0][1] and "NUL byte at byte 3" in bad[1][1]
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (b"no gzip here\n", r"is not gzip data .*yet its name ends in \.gz"),
+        (gzip.compress(b"eins\nzwei\n" * 5000)[:60], r"corrupt or truncated gzip data after line \d+"),
+    ],
+)
+def test_a_damaged_gzip_file_is_named(tmp_path: Path, payload: bytes, message: str) -> None:
+    path = tmp_path / "train.de.gz"
+    path.write_bytes(payload)
+    with pytest.raises(lines_mod.CorruptFileError, match=rf"{path}.*{message}|{path} {message}"):
+        list(lines_mod.iter_line_blocks(path))
 
 
 @pytest.mark.parametrize("suffix", ["", ".gz"])
@@ -132,8 +196,8 @@ TRICKY = [
     b"",
     b"\n",
     b"eins\r\nzwei\r\n\r\n",  # a Windows file: \r removed
-    b"eins\r\nzwei\n",  # not wholly \r\n: kept
-    b"a\r\nb\r",  # unterminated last line ending in \r: a Windows file too
+    b"eins\r\nzwei\n",  # not wholly \r\n: removed too
+    b"a\r\nb\r",  # unterminated last line ending in \r
     b"\xef\xbb\xbfmit bom\nzweite\n",
     b"\xef\xbb\xbf",
     "vor\u2028nach\x85x\x0cy\r\rz\nende".encode(),
