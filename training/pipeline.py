@@ -62,6 +62,18 @@ warnings.filterwarnings(
 )
 
 
+class _NoLitLoggerTip(logging.Filter):
+    """Drops the advertisement for Lightning's hosted logger that every Trainer prints at start
+    (lightning/pytorch/trainer/connectors/logger_connector: "Tip: ... try installing litlogger")."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "litlogger" not in record.getMessage()
+
+
+# The logger Lightning's rank_zero_info writes to (lightning_utilities' rank_zero.log).
+logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_NoLitLoggerTip())
+
+
 def register_resolvers() -> None:
     """``${project_root:}`` and ``${unique_id:}`` (one value per process) for the configs."""
     if not OmegaConf.has_resolver("project_root"):

@@ -17,6 +17,7 @@ import csv
 import logging
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -323,7 +324,11 @@ class ContinuedCSVLogger(CSVLogger):
     def experiment(self) -> Any:
         if self._experiment is not None:
             return self._experiment
-        writer = super().experiment
+        with warnings.catch_warnings():
+            # Lightning's writer warns "Previous log files in this directory will be deleted" when
+            # the directory has files: false here, where the previous rows are written back below.
+            warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")
+            writer = super().experiment
         if self._previous:
             keys = sorted(set().union(*self._previous))
             with open(writer.metrics_file_path, "w", newline="") as f:

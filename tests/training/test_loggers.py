@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import logging
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 from tests.toy_text import write_toy_corpus
 from tests.training.test_pipeline import compose_config, toy_overrides
 from training.pipeline import make_loggers, train
+from training.resume import ContinuedCSVLogger
 from translation.attention_plot import attention_figure, figure_pixels
 
 # A real run of a few updates (fast_dev_run would swap every logger for a dummy).
@@ -107,3 +111,25 @@ def test_mlflow_logs_to_a_local_store_when_installed(toy, tmp_path):
     runs = client.search_runs([client.get_experiment_by_name(cfg.name).experiment_id])
     assert len(runs) == 1 and "train/loss" in runs[0].data.metrics
     assert not (Path.cwd() / "mlruns").exists()  # nothing outside the run directory
+
+
+def test_a_continued_csv_log_keeps_its_rows_without_lightnings_deletion_warning(tmp_path):
+    # Lightning's CSV writer warns that a non-empty log directory's files "will be deleted"; the
+    # continued log writes the resumed run's rows back, so the warning would be false.
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "metrics.csv").write_text("step,train/loss\n0,5.0\n")
+    previous = [{"step": "0", "train/loss": "5.0"}]
+    log = ContinuedCSVLogger(save_dir=str(tmp_path), name="logs", version="", previous=previous)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning fails the test
+        log.log_metrics({"train/loss": 4.0}, step=1)
+        log.save()
+    rows = list(csv.DictReader((tmp_path / "logs" / "metrics.csv").open()))
+    assert [(r["step"], r["train/loss"]) for r in rows] == [("0", "5.0"), ("1", "4.0")]
+
+
+def test_lightnings_litlogger_tip_is_not_printed(caplog):
+    with caplog.at_level(logging.INFO):
+        rank_zero_info("💡 Tip: For seamless cloud logging, try installing [litlogger](https://pypi.org)")
+        rank_zero_info("an ordinary message")
+    assert "litlogger" not in caplog.text and "an ordinary message" in caplog.text
