@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
+from data.mixing import CorpusMix
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 if TYPE_CHECKING:  # imported lazily: translate.py uses this module and should start fast
@@ -133,6 +134,8 @@ class TokenBucketBatchSampler(Sampler[list[int]]):
         seed: seed of that randomness; the order depends only on ``(seed, epoch)``.
         num_replicas: number of ranks (world size).
         rank: this rank, ``0 <= rank < num_replicas``.
+        mix: which examples each epoch holds when several corpora are mixed by weight
+            (:class:`data.mixing.CorpusMix`, built over :meth:`length_keys`); ``None``: each once.
     """
 
     def __init__(
@@ -144,6 +147,7 @@ class TokenBucketBatchSampler(Sampler[list[int]]):
         seed: int = 0,
         num_replicas: int = 1,
         rank: int = 0,
+        mix: CorpusMix | None = None,
     ) -> None:
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
@@ -158,6 +162,7 @@ class TokenBucketBatchSampler(Sampler[list[int]]):
         self.seed = seed
         self.num_replicas = num_replicas
         self.rank = rank
+        self.mix = mix
         self.epoch = 0
         self._position = 0  # batches of the current pass handed out (this rank)
         self._resume_at = 0  # first batch of the next pass, set by load_state_dict
@@ -169,14 +174,27 @@ class TokenBucketBatchSampler(Sampler[list[int]]):
         # itself; pointing it here makes per-epoch shuffling work under the Trainer.
         return self
 
+    @staticmethod
+    def length_keys(src_lengths: np.ndarray, tgt_lengths: np.ndarray) -> np.ndarray:
+        """``[N]`` int64 key ordering examples by ``(max(src, tgt), src, tgt)`` length."""
+        src, tgt = np.asarray(src_lengths, dtype=np.int64), np.asarray(tgt_lengths, dtype=np.int64)
+        span = int(max(src.max(initial=0), tgt.max(initial=0))) + 1
+        return (np.maximum(src, tgt) * span + src) * span + tgt  # < 2**63 for lengths < 2**21
+
     def _sorted_order(self, rng: np.random.Generator | None) -> np.ndarray:
         # Sorted by (longest, src, tgt), ties by a random key: as np.lexsort((tie, tgt, src, longest)),
         # but one stable argsort of a single int64 key over the examples taken in tie order
         # (several times faster on millions of examples).
+        key = self.length_keys(self.src_lengths, self.tgt_lengths)
+        if self.mix is not None:  # the epoch's examples, repeats included
+            members = self.mix.examples(rng)
+            if rng is None:
+                return members[np.argsort(key[members], kind="stable")]
+            tie = rng.permutation(len(members))
+            by_tie = np.empty(len(members), dtype=np.int64)
+            by_tie[tie] = members
+            return by_tie[np.argsort(key[by_tie], kind="stable")]
         n = len(self.src_lengths)
-        src, tgt = self.src_lengths, self.tgt_lengths
-        span = int(max(src.max(initial=0), tgt.max(initial=0))) + 1
-        key = (np.maximum(src, tgt) * span + src) * span + tgt  # < 2**63 for lengths < 2**21
         if rng is None:
             return np.argsort(key, kind="stable")
         tie = rng.permutation(n)
