@@ -20,6 +20,7 @@ from training.memory import configure_allocators
 configure_allocators()  # before torch is imported and allocates (training/memory.py)
 
 from data.corpus import CorpusNotFoundError  # noqa: E402
+from data.tokenizer import SpmModelError  # noqa: E402
 from training.pipeline import train  # noqa: E402
 
 
@@ -29,8 +30,9 @@ def main(cfg: DictConfig) -> None:
     logging.getLogger("training").setLevel(logging.INFO)
     try:
         train(cfg)
-    except CorpusNotFoundError as err:
-        # A missing corpus is the user's to fix and the message says how: print it alone. Hydra
+    except (CorpusNotFoundError, SpmModelError) as err:
+        # A missing corpus or an unusable data.spm_model is the user's to fix, and the
+        # message says how (naming the keys): print it alone. Hydra
         # catches Exception only, so SystemExit passes it by without a traceback.
         sys.exit(f"train.py: error: {err}")
 
