@@ -5,6 +5,7 @@ Examples:
     python train.py experiment=multi30k_de_en         # the tuned CPU recipe (README)
     python train.py data.src_lang=en data.tgt_lang=de model=tiny trainer.max_epochs=1
     python train.py ... ckpt_path=last                # resume the newest run of this name
+    python train.py ... init_from=runs/<name>/<run>/checkpoints/averaged.ckpt  # fine-tune those weights
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ configure_allocators()  # before torch is imported and allocates (training/memor
 
 from data.corpus import CorpusNotFoundError  # noqa: E402
 from data.tokenizer import SpmModelError  # noqa: E402
+from training.finetune import FineTuneError  # noqa: E402
 from training.pipeline import train  # noqa: E402
 
 
@@ -30,8 +32,8 @@ def main(cfg: DictConfig) -> None:
     logging.getLogger("training").setLevel(logging.INFO)
     try:
         train(cfg)
-    except (CorpusNotFoundError, SpmModelError) as err:
-        # A missing corpus or an unusable data.spm_model is the user's to fix, and the
+    except (CorpusNotFoundError, SpmModelError, FineTuneError) as err:
+        # A missing corpus, an unusable data.spm_model or init_from is the user's to fix, and the
         # message says how (naming the keys): print it alone. Hydra
         # catches Exception only, so SystemExit passes it by without a traceback.
         sys.exit(f"train.py: error: {err}")
