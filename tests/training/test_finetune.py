@@ -116,8 +116,9 @@ class _Recorded(logging.Handler):
 
 
 def test_a_finetuned_run_counts_updates_and_warms_up_from_zero(on_a_new_corpus):
-    out, _, results, _ = on_a_new_corpus
+    out, ckpt, results, _ = on_a_new_corpus
     assert results["ending_update"] == 2  # not the checkpoint's 4 plus 2
+    assert (results["init_from"], results["init_from_updates"]) == (str(ckpt), 4)  # results.json
     with open(out / "logs" / "metrics.csv", newline="") as f:
         rows = [r for r in csv.DictReader(f) if r.get("train/lr")]
     assert int(rows[0]["step"]) == 0  # none of the checkpoint's run's rows
