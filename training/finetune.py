@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 
 from data.tokenizer import SubwordTokenizer
@@ -55,7 +54,9 @@ class InitPoint:
         src_spm: its source (or joint) SentencePiece model, serialized.
         tgt_spm: its target SentencePiece model; None for a joint vocabulary.
         src_lang, tgt_lang: the languages it was trained on ("" where it does not say).
-        state_dict: its weights (memory-mapped), keyed as the training module's.
+
+    The weights are not held: :func:`load_weights` reads them when the module exists, and the
+    memory-mapped file is let go once they are copied.
     """
 
     path: Path
@@ -66,7 +67,6 @@ class InitPoint:
     tgt_spm: bytes | None
     src_lang: str
     tgt_lang: str
-    state_dict: dict[str, torch.Tensor]
 
     @property
     def joint(self) -> bool:
@@ -174,7 +174,6 @@ def init_point(init_from: str, ckpt_path: str | None) -> InitPoint:
         tgt_spm=nmt.get("tgt_spm"),
         src_lang=str(nmt.get("src_lang", "")),
         tgt_lang=str(nmt.get("tgt_lang", "")),
-        state_dict=checkpoint["state_dict"],
     )
 
 
@@ -219,12 +218,14 @@ def check_model(init: InitPoint, model: dict[str, Any]) -> None:
 
 
 def resumed_tokenizer_keys(saved: dict[str, Any] | None, data: dict[str, Any]) -> dict[str, Any]:
-    """The ``data.*spm_model`` keys a resumed run takes from its checkpoint's config.
+    """The ``data.*spm_model`` keys (and ``data.joint_vocab``, which goes with them) a resumed run
+    takes from its checkpoint's config.
 
-    A fine-tuned run's config names the SentencePiece model it was given (:meth:`InitPoint.tokenizer_keys`);
-    resuming it with ``ckpt_path`` alone (no ``init_from``, which may not go with it) must not
-    train another on the corpus. Where this run gives none of the keys, the checkpoint's are taken;
-    where it gives some, :func:`training.resume.check_config` compares them as any other key.
+    A fine-tuned run's config names the SentencePiece model it was given
+    (:meth:`InitPoint.tokenizer_keys`); resuming it with ``ckpt_path`` alone (no ``init_from``, which
+    may not go with it) must not train another on the corpus. Where this run gives none of the keys,
+    the checkpoint's are taken; where it gives some, :func:`training.resume.check_config` compares
+    them as any other key.
 
     Args:
         saved: the checkpoint's config (None: written before configs were stored).
@@ -236,17 +237,22 @@ def resumed_tokenizer_keys(saved: dict[str, Any] | None, data: dict[str, Any]) -
     saved_data = (saved or {}).get("data") or {}
     if any(data.get(key) for key in SPM_KEYS) or not any(saved_data.get(key) for key in SPM_KEYS):
         return {}
-    return {key: saved_data.get(key) for key in SPM_KEYS}
+    keys = {key: saved_data.get(key) for key in SPM_KEYS}
+    return {**keys, "joint_vocab": saved_data.get("joint_vocab", data.get("joint_vocab"))}
 
 
 def load_weights(module: nn.Module, init: InitPoint) -> None:
     """Copies the checkpoint's weights into ``module`` (the training module, every key).
 
     Raises:
-        FineTuneError: the weights do not fit the module.
+        FineTuneError: the file cannot be read again, or its weights do not fit the module.
     """
     try:
-        module.load_state_dict(init.state_dict, strict=True)
+        state_dict = read_checkpoint(init.path, training=False)["state_dict"]  # memory-mapped
+    except CheckpointError as err:
+        raise FineTuneError(f"init_from: {err}") from None
+    try:
+        module.load_state_dict(state_dict, strict=True)
     except RuntimeError as err:
         said = " ".join(str(err).split())
         raise FineTuneError(
