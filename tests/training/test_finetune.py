@@ -4,6 +4,7 @@
 - the update counter, the schedule (warmup from its first step) and the run's history start afresh;
 - the checkpoint's SentencePiece model is used, not one trained on the new corpus;
 - a weights-only averaged checkpoint is a starting point too;
+- a fine-tuned run resumes with ``ckpt_path`` alone, and a requeued SLURM job from its own checkpoint;
 - a model key that differs from the checkpoint's, a tokenizer that is not its own, or
   ``ckpt_path`` beside it is refused, naming the keys (and values).
 """
@@ -161,6 +162,22 @@ def test_a_finetuned_run_resumes_with_ckpt_path_alone_and_keeps_its_vocabulary(
     assert not any("training SentencePiece" in m for m in said), said
     spm = torch.load(ckpt, map_location="cpu", weights_only=True)["nmt"]["src_spm"]
     assert torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)["nmt"]["src_spm"] == spm
+
+
+def test_a_requeued_finetuning_job_resumes_from_its_own_checkpoint(
+    toy, trained, tmp_path, caplog, monkeypatch
+):
+    """Under SLURM a requeued job starts the same command into the same run directory: it resumes
+    from the checkpoint there, not from init_from's weights."""
+    ckpt = trained[0] / "checkpoints" / "last.ckpt"
+    monkeypatch.setenv("SLURM_JOB_ID", "123")
+    common = ["checkpoint.every_n_updates=2", "trainer.log_every_n_steps=1"]
+    _finetune(toy, tmp_path / "job", ckpt, [*common, "trainer.max_steps=2"], caplog)
+    results, log = _finetune(toy, tmp_path / "job", ckpt, [*common, "trainer.max_steps=4"], caplog)
+    assert results["ending_update"] == 4
+    own = tmp_path / "job" / "checkpoints" / "last.ckpt"
+    assert f"init_from: not loaded; the requeued run resumes from {own}" in log
+    assert "init_from: starting from the weights" not in log
 
 
 def test_a_weights_only_averaged_checkpoint_is_a_starting_point(toy, trained, tmp_path, caplog):
