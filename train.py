@@ -5,6 +5,7 @@ Examples:
     python train.py experiment=multi30k_de_en         # the tuned CPU recipe (README)
     python train.py data.src_lang=en data.tgt_lang=de model=tiny trainer.max_epochs=1
     python train.py ... ckpt_path=last                # resume the newest run of this name
+    python train.py ... init_from=runs/<name>/<run>/checkpoints/averaged.ckpt  # fine-tune those weights
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from training.memory import configure_allocators
 configure_allocators()  # before torch is imported and allocates (training/memory.py)
 
 from data.corpus import CorpusError, CorpusNotFoundError  # noqa: E402
+from data.tokenizer import SpmModelError  # noqa: E402
+from training.finetune import FineTuneError  # noqa: E402
 from training.pipeline import train  # noqa: E402
 
 
@@ -29,9 +32,10 @@ def main(cfg: DictConfig) -> None:
     logging.getLogger("training").setLevel(logging.INFO)
     try:
         train(cfg)
-    except (CorpusNotFoundError, CorpusError) as err:
-        # A missing or damaged corpus is the user's to fix and the message says how: print it
-        # alone. Hydra catches Exception only, so SystemExit passes it by without a traceback.
+    except (CorpusNotFoundError, CorpusError, SpmModelError, FineTuneError) as err:
+        # A missing or damaged corpus, an unusable data.spm_model or init_from is the user's to
+        # fix, and the message says how (naming the file, line or key): print it alone. Hydra
+        # catches Exception only, so SystemExit passes it by without a traceback.
         sys.exit(f"train.py: error: {err}")
 
 

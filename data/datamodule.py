@@ -23,7 +23,13 @@ from data.batching import TokenBucketBatchSampler, TokenizedPairs, collate_colum
 from data.corpus import MULTI30K_HUB_ID, SPLITS
 from data.prepared import BAD_LINES, drop_long_pairs, prepare_corpus
 from data.tokenized import tokenize_split
-from data.tokenizer import SubwordTokenizer, default_cache_dir, train_or_load_tokenizers
+from data.tokenizer import (
+    SubwordTokenizer,
+    default_cache_dir,
+    given_tokenizers,
+    save_run_tokenizers,
+    train_or_load_tokenizers,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +62,7 @@ class _ResumableLoader(DataLoader):
 
 
 class TranslationDataModule(L.LightningDataModule):
-    """Loads a parallel corpus, trains or reuses SentencePiece, and serves padded batches.
+    """Loads a parallel corpus, trains, reuses or is given SentencePiece, and serves padded batches.
 
     Batches are dicts from :func:`data.batching.collate_columns`: ``src`` [B, S], ``src_lengths``
     [B], ``tgt_in`` [B, T], ``tgt_out`` [B, T], ``tgt_lengths`` [B], ``ids`` [B].
@@ -80,6 +86,10 @@ class TranslationDataModule(L.LightningDataModule):
         character_coverage: SentencePiece character coverage (1.0 for Latin scripts).
         spm_input_sentence_size: at most this many sentences sampled to train SentencePiece.
         spm_threads: threads for SentencePiece training and encoding.
+        spm_model: an existing SentencePiece ``.model`` file used for both sides instead of
+            training one (with ``joint_vocab``); ``vocab_size`` and the other training settings
+            are then unused. ``None``: train one, or reuse the cached one.
+        src_spm_model, tgt_spm_model: the same, one model per side (both, without ``joint_vocab``).
         max_len: training pairs whose source (with EOS) or target (with BOS/EOS) is longer than
             this many subwords are dropped (counts logged); validation and test are never cut.
         max_tokens: padded tokens per batch, ``batch_size * max(src_len, tgt_len)``.
@@ -115,6 +125,9 @@ class TranslationDataModule(L.LightningDataModule):
         character_coverage: float = 1.0,
         spm_input_sentence_size: int = 2_000_000,
         spm_threads: int = 1,
+        spm_model: str | None = None,
+        src_spm_model: str | None = None,
+        tgt_spm_model: str | None = None,
         max_len: int = 250,
         max_tokens: int = 4096,
         eval_max_tokens: int | None = None,
@@ -141,6 +154,11 @@ class TranslationDataModule(L.LightningDataModule):
         self.character_coverage = character_coverage
         self.spm_input_sentence_size = spm_input_sentence_size
         self.spm_threads = spm_threads
+        self.spm_models = {
+            "spm_model": spm_model,
+            "src_spm_model": src_spm_model,
+            "tgt_spm_model": tgt_spm_model,
+        }
         self.max_len = max_len
         self.max_tokens = max_tokens
         self.eval_max_tokens = eval_max_tokens or max_tokens
@@ -168,6 +186,8 @@ class TranslationDataModule(L.LightningDataModule):
     def _load(self) -> None:
         if self.tokenized is not None:
             return
+        # Given models are read first: a wrong path stops the run before the corpus is read.
+        given = given_tokenizers(**self.spm_models, joint=self.joint_vocab, num_threads=self.spm_threads)
         seconds = {}
         prepared = prepare_corpus(
             self.src_lang,
@@ -183,19 +203,31 @@ class TranslationDataModule(L.LightningDataModule):
         corpus = prepared.splits
         seconds.update(prepared.seconds)
         tick = time.perf_counter()
-        src_tok, tgt_tok = train_or_load_tokenizers(
-            StreamedColumn(corpus["train"], "src"),  # only a sample is kept, the rest streamed past
-            StreamedColumn(corpus["train"], "tgt"),
-            cache_dir=self.cache_dir,
-            run_dir=self.run_dir,
-            joint=self.joint_vocab,
-            vocab_size=self.vocab_size,
-            model_type=self.spm_model_type,
-            character_coverage=self.character_coverage,
-            input_sentence_size=self.spm_input_sentence_size,
-            num_threads=self.spm_threads,
-            content_key=prepared.digests["train"],
-        )
+        if given is not None:
+            src_tok, tgt_tok = given
+            said = [f"{key}={path}" for key, path in self.spm_models.items() if path]
+            logger.info(
+                "SentencePiece: using data.%s (%s pieces), not training one (data.vocab_size and the "
+                "other training settings are unused)",
+                " and data.".join(said),
+                " and ".join(str(t.vocab_size) for t in dict.fromkeys((src_tok, tgt_tok))),
+            )
+            if self.run_dir is not None:
+                save_run_tokenizers(src_tok, tgt_tok, self.run_dir)
+        else:
+            src_tok, tgt_tok = train_or_load_tokenizers(
+                StreamedColumn(corpus["train"], "src"),  # only a sample is kept, the rest streamed past
+                StreamedColumn(corpus["train"], "tgt"),
+                cache_dir=self.cache_dir,
+                run_dir=self.run_dir,
+                joint=self.joint_vocab,
+                vocab_size=self.vocab_size,
+                model_type=self.spm_model_type,
+                character_coverage=self.character_coverage,
+                input_sentence_size=self.spm_input_sentence_size,
+                num_threads=self.spm_threads,
+                content_key=prepared.digests["train"],
+            )
         seconds["sentencepiece"] = time.perf_counter() - tick
         tick = time.perf_counter()
         tokenized, lengths = {}, {}

@@ -1,4 +1,4 @@
-"""SentencePiece subwords: training keyed by content, a small tokenizer wrapper.
+"""SentencePiece subwords: training keyed by content, existing models given by path, a small wrapper.
 
 The special ids are fixed here, once, and every model is trained with them:
 ``PAD_ID=0``, ``UNK_ID=1``, ``BOS_ID=2``, ``EOS_ID=3``. The Transformer uses pad id 0 without
@@ -7,7 +7,8 @@ importing this module; :class:`SubwordTokenizer` refuses a model whose ids diffe
 A model is cached under ``<cache_dir>/spm/<key>.model`` where ``key`` hashes the training text
 (content, not path) and the training settings, so the same corpus and settings reuse it, and it is
 copied into the run directory (``<run_dir>/tokenizer/{joint,src,tgt}.model``) so a run carries
-the exact vocabulary it was trained with.
+the exact vocabulary it was trained with. An existing model (``data.spm_model``, e.g. an earlier
+run's, or a fine-tuned checkpoint's) is used as it is instead (:func:`given_tokenizers`).
 
 Whole splits are tokenized into Arrow by :mod:`data.tokenized`.
 """
@@ -391,13 +392,88 @@ def train_or_load_tokenizers(
         src_tok = train_or_load_sentencepiece([train_src], content_key=key("src"), **kwargs)
         tgt_tok = train_or_load_sentencepiece([train_tgt], content_key=key("tgt"), **kwargs)
     if run_dir is not None:
-        out = Path(run_dir) / "tokenizer"
-        if joint:
-            src_tok.save(out / "joint.model")
-        else:
-            src_tok.save(out / "src.model")
-            tgt_tok.save(out / "tgt.model")
+        save_run_tokenizers(src_tok, tgt_tok, run_dir)
     return src_tok, tgt_tok
+
+
+class SpmModelError(ValueError):
+    """A given SentencePiece model (``data.spm_model``, ...) that cannot be used; one line naming the
+    key and the path."""
+
+
+def _given_tokenizer(key: str, path: str | Path, num_threads: int) -> SubwordTokenizer:
+    try:
+        proto = Path(path).read_bytes()
+    except OSError as err:
+        raise SpmModelError(f"{key}={path}: cannot be read ({err.strerror or type(err).__name__})") from None
+    try:
+        return SubwordTokenizer(proto, num_threads=num_threads)
+    except ValueError as err:
+        raise SpmModelError(f"{key}={path}: {err}") from None
+
+
+def given_tokenizers(
+    spm_model: str | Path | None,
+    src_spm_model: str | Path | None,
+    tgt_spm_model: str | Path | None,
+    joint: bool,
+    num_threads: int = 1,
+) -> tuple[SubwordTokenizer, SubwordTokenizer] | None:
+    """The tokenizers of existing SentencePiece models, used instead of training any; None if none given.
+
+    The arguments are the data config's keys, named by them in errors: ``spm_model`` (one model for
+    both sides, with ``joint``) or ``src_spm_model`` and ``tgt_spm_model`` (one per side, without).
+
+    Returns:
+        ``(src_tokenizer, tgt_tokenizer)``, the same object twice for ``spm_model``; None where no
+        model is given (SentencePiece is trained or taken from the cache, as usual).
+
+    Raises:
+        SpmModelError: a file that is missing, unreadable or not a SentencePiece model with the
+            project's special ids; or keys that do not go together (``spm_model`` with a per-side
+            one or with ``joint_vocab=false``, one side without the other, a side with ``joint_vocab=true``).
+    """
+    per_side = {"data.src_spm_model": src_spm_model, "data.tgt_spm_model": tgt_spm_model}
+    given = [k for k, v in per_side.items() if v]
+    if spm_model and given:
+        raise SpmModelError(
+            f"data.spm_model={spm_model} and {given[0]}={per_side[given[0]]} are both given: "
+            "data.spm_model is one model for both sides, the per-side keys one model each; "
+            "give one or the other"
+        )
+    if spm_model:
+        if not joint:
+            raise SpmModelError(
+                f"data.spm_model={spm_model} is one model for both sides, but data.joint_vocab=false: "
+                "give data.src_spm_model and data.tgt_spm_model instead, or data.joint_vocab=true"
+            )
+        tokenizer = _given_tokenizer("data.spm_model", spm_model, num_threads)
+        return tokenizer, tokenizer
+    if not given:
+        return None
+    if joint:
+        raise SpmModelError(
+            f"{given[0]}={per_side[given[0]]} is a per-side model, but data.joint_vocab=true: "
+            "give data.spm_model for one model of both sides, or data.joint_vocab=false"
+        )
+    if len(given) == 1:
+        missing = next(k for k in per_side if k not in given)
+        raise SpmModelError(f"{given[0]}={per_side[given[0]]} is given without {missing}: give both")
+    return (
+        _given_tokenizer("data.src_spm_model", src_spm_model, num_threads),  # type: ignore[arg-type]
+        _given_tokenizer("data.tgt_spm_model", tgt_spm_model, num_threads),  # type: ignore[arg-type]
+    )
+
+
+def save_run_tokenizers(src_tok: SubwordTokenizer, tgt_tok: SubwordTokenizer, run_dir: str | Path) -> None:
+    """Copies the tokenizers into ``<run_dir>/tokenizer/``: ``joint.model`` where they are one
+    object, else ``src.model`` and ``tgt.model`` (what :func:`load_run_tokenizers` reads)."""
+    out = Path(run_dir) / "tokenizer"
+    if src_tok is tgt_tok:
+        src_tok.save(out / "joint.model")
+    else:
+        src_tok.save(out / "src.model")
+        tgt_tok.save(out / "tgt.model")
 
 
 def load_run_tokenizers(

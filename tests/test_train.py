@@ -96,3 +96,28 @@ def test_a_tiny_auto_precision_run_says_its_precision_and_no_library_deprecation
     assert f"precision: {expected} (trainer.precision=auto): {'' if native else 'no '}native bf16" in out
     assert {"train/loss", "val/bleu", "test/bleu"} <= set(results)
     assert "LeafSpec" not in out and "treespec" not in out
+
+
+def test_init_from_beside_ckpt_path_is_one_message_naming_both_without_traceback(tmp_path: Path) -> None:
+    """train.py prints a fine-tuning refusal (training/finetune.py) as it prints a missing corpus:
+    one line, before anything is trained or prepared."""
+    ckpt = tmp_path / "a.ckpt"
+    ckpt.write_bytes(b"")
+    overrides = [
+        "experiment=smoke",
+        f"init_from={ckpt}",
+        f"ckpt_path={ckpt}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    ]
+    proc = subprocess.run(
+        [sys.executable, "train.py", *overrides], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert "Traceback" not in out and "HYDRA_FULL_ERROR" not in out, out
+    error = proc.stderr[proc.stderr.index("train.py: error: ") :].strip()
+    assert error == (
+        f"train.py: error: init_from={ckpt} and ckpt_path={ckpt} are both given: init_from starts a new run "
+        "from a checkpoint's weights (fresh optimizer, schedule and data order), ckpt_path resumes a run "
+        "exactly; give one of them"
+    )

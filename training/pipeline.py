@@ -28,6 +28,14 @@ from training.averaging import average_checkpoints
 from training.budget import TimeBudgetCheck, max_time_seconds
 from training.checkpoints import plan_checkpoints
 from training.ending import FAILED, FINISHED, Ending, ending_after_fit, ending_of_exception
+from training.finetune import (
+    InitPoint,
+    check_model,
+    fresh_state_said,
+    init_point,
+    load_weights,
+    resumed_tokenizer_keys,
+)
 from training.memory import configure_allocators, peak_resident_mib
 from training.module import TranslationModule
 from training.plots import plot_learning_curve
@@ -244,6 +252,28 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         raise
 
 
+def _init_point(cfg: DictConfig, output_dir: Path) -> InitPoint | None:
+    """``init_from``'s checkpoint, checked against the run's config, its SentencePiece model(s) put in
+    the run and in ``cfg.data``; None without ``init_from`` (training/finetune.py)."""
+    if not cfg.get("init_from"):
+        return None
+    init = init_point(str(cfg.init_from), cfg.get("ckpt_path"))
+    check_model(init, _to_plain_dict(cfg.model))
+    for key, value in init.tokenizer_keys(_to_plain_dict(cfg.data), output_dir).items():
+        cfg.data[key] = value
+    src_lang, tgt_lang = cfg.data.src_lang, cfg.data.tgt_lang
+    if init.src_lang and (init.src_lang, init.tgt_lang) != (src_lang, tgt_lang):
+        logger.warning(
+            "init_from: %s was trained on %s->%s, this run trains %s->%s",
+            init.path,
+            init.src_lang,
+            init.tgt_lang,
+            src_lang,
+            tgt_lang,
+        )
+    return init
+
+
 def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, Any]:
     # The attention mechanisms are checked before anything is written or the data prepared: a role
     # a mechanism cannot do is refused at once, naming it (transformer/mechanisms.py).
@@ -251,6 +281,11 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
     attention.check_dropout(cfg.model.get("attention_dropout", 0.0))
     precision = resolve_precision(cfg)
     record.fields.update(precision=precision.precision, precision_reason=precision.reason)
+    # Fine-tuning: the checkpoint is read, and the config checked against its model, before anything
+    # is written; its SentencePiece model(s) become the data's, in the config that config.yaml records.
+    init = _init_point(cfg, output_dir)
+    if init is not None:
+        record.fields.update(init_from=str(init.path), init_from_updates=init.global_step)
     (output_dir / "config.yaml").write_text(
         f"# trainer.precision: {precision.requested} -> {precision.precision}: {precision.reason}\n"
         + OmegaConf.to_yaml(cfg, resolve=True)
@@ -265,6 +300,11 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
         take_newest_loadable=bool(cfg.resume.take_newest_loadable),
         training=bool(cfg.train),
     )
+    if cfg.train and resume is not None:
+        # A fine-tuned run resumes with the vocabulary it was given, not one trained on the corpus.
+        for key, value in resumed_tokenizer_keys(resume.config, _to_plain_dict(cfg.data)).items():
+            cfg.data[key] = value
+            logger.info("resume: data.%s=%s, as in the checkpoint's config", key, value)
     run_config = _to_plain_dict(cfg)
     if cfg.train and resume is not None:
         allowed = [str(k) for k in cfg.resume.allow_changes]
@@ -280,6 +320,8 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
     model_cfg = _to_plain_dict(cfg.model)
     model_cfg.update(src_vocab_size=datamodule.src_vocab_size, tgt_vocab_size=datamodule.tgt_vocab_size)
     model_cfg["share_embeddings"] = bool(model_cfg.get("share_embeddings", False) and joint)
+    if init is not None:
+        model_cfg = init.model  # the same as the config's (check_model), as the weights were built
     compile = cfg.get("compile", False)  # a bool, or a mapping of torch.compile arguments
     module = TranslationModule(
         model=model_cfg,
@@ -293,6 +335,10 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
     )
     module.output_dir = str(output_dir)
     logger.info("model: %s parameters", f"{module.model.num_parameters():,}")
+    if init is not None and resume is not None:  # a requeued SLURM job: its own checkpoint wins
+        logger.info("init_from: not loaded; the requeued run resumes from %s", resume.path)
+    elif init is not None:
+        load_weights(module, init)
 
     ckpt_path = None if resume is None else str(resume.path)
     ckpt_dir = output_dir / "checkpoints"
@@ -355,6 +401,9 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
     if cfg.train:
         if ckpt_path:
             logger.info("resuming from %s", ckpt_path)
+        elif init is not None:
+            opt = cfg.optimizer
+            logger.info("%s", fresh_state_said(init, float(opt.lr), int(opt.warmup_steps), ckpt_dir))
         try:
             trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
         except SIGTERMException as stop:  # SIGTERM or SIGUSR1: last.ckpt is saved (training/preemption.py)

@@ -37,6 +37,9 @@ logger = logging.getLogger(__name__)
 SAFE_TO_CHANGE = (
     "name",
     "ckpt_path",
+    # A resumed run's weights are ckpt_path's; init_from only chose those its run started from (and
+    # the SentencePiece model it gave, data.spm_model, is checked as a key of its own).
+    "init_from",
     "resume",
     "train",
     "test",
@@ -232,12 +235,15 @@ def resume_point(
         return _point(other, checkpoint)
 
 
-def _flat(config: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(config: Any, prefix: str = "") -> dict[str, Any]:
+    """``config``'s leaves by dotted key, e.g. ``{"optimizer.lr": 5e-4}``."""
     if not isinstance(config, dict):
         return {prefix: config}
     out: dict[str, Any] = {}
     for key, value in config.items():
-        out.update(_flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+        out.update(
+            flatten(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value}
+        )
     return out
 
 
@@ -266,7 +272,7 @@ def check_config(saved: dict | None, current: dict, allow_changes: list[str]) ->
             "the checkpoint stores no config (written before configs were): changes are not checked"
         )
         return []
-    old, new = _flat(saved), _flat(current)
+    old, new = flatten(saved), flatten(current)
     changed = sorted(k for k in old.keys() | new.keys() if old.get(k, _MISSING) != new.get(k, _MISSING))
     changed = [k for k in changed if not _covered(k, SAFE_TO_CHANGE)]
     said = {

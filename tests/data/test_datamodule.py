@@ -85,6 +85,87 @@ def test_separate_vocabularies(tiny_corpus_dir: Path, tmp_path: Path) -> None:
     }
 
 
+def _spm_files(directory: Path) -> dict[str, Path]:
+    """Two word-level SentencePiece models with the project's ids (one per side of the lexicon)."""
+    from tests.toy_text import LEXICON, train_word_spm
+
+    directory.mkdir(parents=True, exist_ok=True)
+    files = {"src": directory / "src.model", "tgt": directory / "tgt.model"}
+    files["src"].write_bytes(train_word_spm(list(LEXICON)))
+    files["tgt"].write_bytes(train_word_spm(list(LEXICON.values())))
+    return files
+
+
+@pytest.mark.parametrize("joint", [True, False], ids=["spm_model", "src_and_tgt_spm_model"])
+def test_given_spm_models_are_used_as_they_are_and_none_is_trained(
+    tiny_corpus_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, joint: bool
+) -> None:
+    """data.spm_model (or the per-side keys): the given bytes tokenize the corpus and are copied
+    into the run; SentencePiece is not trained (vocab_size is ignored), and the cache holds no model."""
+    files = _spm_files(tmp_path / "given")
+    keys = {"spm_model": str(files["src"])} if joint else {k + "_spm_model": str(f) for k, f in files.items()}
+    dm = _datamodule(tiny_corpus_dir, tmp_path, joint_vocab=joint, vocab_size=VOCAB, **keys)
+    with caplog.at_level(logging.INFO, logger="data"):
+        dm.setup("fit")
+    assert "training SentencePiece" not in caplog.text and "reusing SentencePiece" not in caplog.text
+    assert "SentencePiece: using data." in caplog.text and "not training one" in caplog.text
+    assert not (tmp_path / "cache" / "spm").exists()
+    run = tmp_path / "run" / "tokenizer"
+    if joint:
+        assert dm.src_tokenizer is dm.tgt_tokenizer
+        assert dm.src_tokenizer.model_proto == files["src"].read_bytes() == (run / "joint.model").read_bytes()
+    else:
+        assert dm.src_tokenizer.model_proto == files["src"].read_bytes() == (run / "src.model").read_bytes()
+        assert dm.tgt_tokenizer.model_proto == files["tgt"].read_bytes() == (run / "tgt.model").read_bytes()
+    assert dm.src_vocab_size != VOCAB  # the given model's size, not data.vocab_size
+    assert len(list(dm.train_dataloader())) > 0
+
+
+SPM_REFUSALS = {
+    "missing file": (
+        {"spm_model": "{dir}/absent.model"},
+        True,
+        r"data\.spm_model=.*absent\.model: cannot be read",
+    ),
+    "not a model": (
+        {"spm_model": "{dir}/junk.model"},
+        True,
+        r"data\.spm_model=.*junk\.model: not a SentencePiece",
+    ),
+    "joint model, separate vocabularies": (
+        {"spm_model": "{dir}/src.model"},
+        False,
+        r"data\.spm_model=.* data\.joint_vocab=false",
+    ),
+    "one side only": (
+        {"src_spm_model": "{dir}/src.model"},
+        False,
+        r"data\.src_spm_model=.*src\.model is given without data\.tgt_spm_model",
+    ),
+    "both kinds": (
+        {"spm_model": "{dir}/src.model", "tgt_spm_model": "{dir}/tgt.model"},
+        True,
+        r"data\.spm_model=.* and data\.tgt_spm_model=.* are both given",
+    ),
+}
+
+
+@pytest.mark.parametrize("keys, joint, said", SPM_REFUSALS.values(), ids=SPM_REFUSALS.keys())
+def test_an_unusable_spm_model_is_an_error_naming_the_key_and_path_before_the_corpus_is_read(
+    tmp_path: Path, keys: dict[str, str], joint: bool, said: str
+) -> None:
+    from data.tokenizer import SpmModelError
+
+    given = tmp_path / "given"
+    _spm_files(given)
+    (given / "junk.model").write_bytes(b"not a model")
+    keys = {k: v.format(dir=given) for k, v in keys.items()}
+    dm = _datamodule(tmp_path / "no-corpus-here", tmp_path, joint_vocab=joint, fallback_hub_id=None, **keys)
+    with pytest.raises(SpmModelError, match=said) as err:
+        dm.prepare_data()
+    assert "\n" not in str(err.value)
+
+
 def test_long_training_pairs_dropped_eval_kept(
     tiny_corpus_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
