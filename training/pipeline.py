@@ -13,6 +13,8 @@ from typing import Any
 
 import lightning as L
 import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback, EarlyStopping, LearningRateMonitor
 from lightning.pytorch.loggers import Logger
@@ -131,6 +133,15 @@ def _inference_fields(datamodule: Any, src_lang: str, tgt_lang: str) -> dict[str
         src_spm=datamodule.src_tokenizer.model_proto,
         tgt_spm=None if joint else datamodule.tgt_tokenizer.model_proto,
     )
+
+
+def default_config() -> dict:
+    """``conf/train.yaml`` composed without overrides: every setting's default (interpolations
+    such as the output directory left unresolved: they need a running job)."""
+    if GlobalHydra.instance().is_initialized():  # inside train.py's @hydra.main
+        return OmegaConf.to_container(compose(config_name="train"))  # type: ignore[return-value]
+    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
+        return OmegaConf.to_container(compose(config_name="train"))  # type: ignore[return-value]
 
 
 def _to_plain_dict(cfg: DictConfig) -> dict:
@@ -308,7 +319,7 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
     run_config = _to_plain_dict(cfg)
     if cfg.train and resume is not None:
         allowed = [str(k) for k in cfg.resume.allow_changes]
-        for change in check_config(resume.config, run_config, allowed):
+        for change in check_config(resume.config, run_config, allowed, default_config()):
             logger.warning("resume: %s", change)
     L.seed_everything(cfg.seed, workers=True)
     torch.set_float32_matmul_precision(cfg.get("float32_matmul_precision", "highest"))

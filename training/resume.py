@@ -254,14 +254,22 @@ def _covered(key: str, patterns: tuple[str, ...] | list[str]) -> bool:
 _MISSING = "<absent>"
 
 
-def check_config(saved: dict | None, current: dict, allow_changes: list[str]) -> list[str]:
+def check_config(
+    saved: dict | None, current: dict, allow_changes: list[str], defaults: dict | None = None
+) -> list[str]:
     """The changes allowed by ``resume.allow_changes``, as lines to log; raises for any other.
+
+    A key the checkpoint's config lacks (a setting added to the project after it was written) is
+    no change where its value now is its default in ``defaults``: every setting is added with a
+    default that computes what the project computed before it.
 
     Args:
         saved: the checkpoint's config (None: a checkpoint from before configs were stored; a
             warning says that nothing is checked).
         current: this run's config, resolved.
         allow_changes: dotted keys (a group stands for every key under it) that may differ.
+        defaults: the project's default config (``conf/train.yaml`` composed without overrides);
+            None: a key the checkpoint lacks is a change.
 
     Raises:
         CheckpointError: keys that differ and are neither in :data:`SAFE_TO_CHANGE` nor allowed,
@@ -273,6 +281,10 @@ def check_config(saved: dict | None, current: dict, allow_changes: list[str]) ->
         )
         return []
     old, new = flatten(saved), flatten(current)
+    default = flatten(defaults or {})
+    for key in new.keys() - old.keys():
+        if key in default and default[key] == new[key]:
+            old[key] = new[key]  # added since the checkpoint, at the value that computes as before
     changed = sorted(k for k in old.keys() | new.keys() if old.get(k, _MISSING) != new.get(k, _MISSING))
     changed = [k for k in changed if not _covered(k, SAFE_TO_CHANGE)]
     said = {

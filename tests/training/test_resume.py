@@ -201,3 +201,36 @@ def test_an_averaged_checkpoint_is_tested_but_not_resumed_from(tmp_path):
     assert resume_point(str(averaged), tmp_path, "x", tmp_path / "out", training=False).path == averaged
     with pytest.raises(CheckpointError, match=f"{averaged} holds no training state to resume from"):
         resume_point(str(averaged), tmp_path, "x", tmp_path / "out")
+
+
+def test_a_setting_added_since_the_checkpoint_is_no_change_at_its_default():
+    saved = {"optimizer": {"lr": 5e-4}, "data": {"max_len": 250}}
+    defaults = {"optimizer": {"lr": 1e-3, "name": "adam"}, "data": {"max_len": 250, "bad_lines": "error"}}
+    current = {"optimizer": {"lr": 5e-4, "name": "adam"}, "data": {"max_len": 250, "bad_lines": "error"}}
+    assert check_config(saved, current, [], defaults) == []
+    # The same keys at other values change what the run computes: refused, naming them.
+    changed = {"optimizer": {"lr": 5e-4, "name": "adamw"}, "data": {"max_len": 250, "bad_lines": "skip"}}
+    with pytest.raises(CheckpointError, match=r"data\.bad_lines: '<absent>' in the checkpoint, 'skip' now"):
+        check_config(saved, changed, [], defaults)
+    with pytest.raises(CheckpointError, match="optimizer.name"):  # without defaults, any new key
+        check_config(saved, current, [])
+
+
+def test_the_default_config_is_the_composed_train_yaml():
+    from training.pipeline import default_config
+
+    defaults = default_config()
+    assert defaults["data"]["bad_lines"] == "error" and defaults["trainer"]["ddp_timeout"] == 600
+
+
+def test_a_checkpoint_written_before_newer_settings_existed_resumes(toy, tmp_path):
+    common = ["checkpoint.every_n_updates=2", "optimizer.warmup_steps=4"]
+    _run(toy, tmp_path / "first", [*common, "trainer.max_steps=2"])
+    ckpt = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    saved = torch.load(ckpt, weights_only=True)
+    for group, key in (("data", "bad_lines"), ("data", "spm_model"), ("trainer", "ddp_rendezvous_timeout")):
+        del saved["run_config"][group][key]  # as a checkpoint written before the key was added
+    old = tmp_path / "old.ckpt"
+    torch.save(saved, old)
+    results = _run(toy, tmp_path / "resumed", [*common, "trainer.max_steps=4", f"ckpt_path={old}"])
+    assert results["ending_update"] == 4
