@@ -80,6 +80,7 @@ def write_pairs(
     blocks: Iterable[tuple[np.ndarray | None, list[str], list[str]]],
     path: Path | None,
     drop_blank: bool,
+    src_prefix: str = "",
 ) -> tuple[datasets.Dataset, SplitStats]:
     """Write blocks of pairs to an Arrow stream file (or an in-memory table) and open it.
 
@@ -90,6 +91,8 @@ def write_pairs(
             (:func:`data.atomic.atomic_write`); ``None``: keep the table in memory (small
             corpora, tests).
         drop_blank: drop pairs with an empty or whitespace-only side (training split).
+        src_prefix: text put before every source kept (tags such as ``"<2fr> "``), after the
+            blank check.
 
     Returns:
         The split, memory-mapped from ``path`` where given, and its :class:`SplitStats`.
@@ -98,13 +101,13 @@ def write_pairs(
     tick = time.perf_counter()
     if path is None:
         in_memory: list[pa.RecordBatch] = []
-        _write_blocks(blocks, in_memory.append, drop_blank, stats)
+        _write_blocks(blocks, in_memory.append, drop_blank, stats, src_prefix)
         dataset = datasets.Dataset(
             InMemoryTable(pa.Table.from_batches(in_memory, schema=FEATURES.arrow_schema))
         )
     else:
         with atomic_write(path) as f, pa.ipc.new_stream(f, FEATURES.arrow_schema) as writer:
-            _write_blocks(blocks, writer.write_batch, drop_blank, stats)
+            _write_blocks(blocks, writer.write_batch, drop_blank, stats, src_prefix)
         dataset = datasets.Dataset.from_file(str(path))
     stats.seconds["read"] = time.perf_counter() - tick - stats.seconds["filter"]
     return dataset, stats
@@ -115,6 +118,7 @@ def _write_blocks(
     write: Callable[[pa.RecordBatch], None],
     drop_blank: bool,
     stats: SplitStats,
+    src_prefix: str = "",
 ) -> None:
     """Filter, hash and hand each block to ``write`` as one record batch; fill in ``stats``."""
     schema = FEATURES.arrow_schema
@@ -134,6 +138,8 @@ def _write_blocks(
                 sources = [s for s, k in zip(sources, keep, strict=True) if k]
                 targets = [t for t, k in zip(targets, keep, strict=True) if k]
             stats.seconds["filter"] += time.perf_counter() - t0
+        if src_prefix:
+            sources = [src_prefix + s for s in sources]
         columns = [
             pa.array(np.asarray(ids, dtype=np.int64)),
             pa.array(sources, type=pa.string()),

@@ -406,12 +406,13 @@ def load_local_corpus(
 
 
 def _local_files(
-    data_dir: str | Path, src_lang: str, tgt_lang: str, *splits: str
+    data_dir: str | Path, src_lang: str, tgt_lang: str, *splits: str, only: Sequence[str] = SPLITS
 ) -> dict[str, tuple[Path, Path]]:
-    """The source and target file of every split, all located before any is read."""
+    """The source and target file of every split (of those in ``only``), all located before any is read."""
     return {
         name: (find_split_file(data_dir, prefix, src_lang), find_split_file(data_dir, prefix, tgt_lang))
         for name, prefix in _split_names(*splits).items()
+        if name in only
     }
 
 

@@ -98,10 +98,20 @@ class PreparedCorpus:
     reused: bool
 
 
-def _source_key(source: CorpusSource, src_lang: str, tgt_lang: str, identity: object, bad_lines: str) -> str:
+def _source_key(
+    source: CorpusSource,
+    src_lang: str,
+    tgt_lang: str,
+    identity: object,
+    bad_lines: str,
+    prefix: str,
+    which_splits: Sequence[str],
+) -> str:
     settings = {
         "version": _CORPUS_CACHE_VERSION,
         "bad_lines": bad_lines,
+        "src_prefix": prefix,
+        "splits": list(which_splits),
         "langs": [src_lang, tgt_lang],
         "source": [str(source.data_dir), source.hub_id, source.hub_config, list(source.splits)],
         "identity": identity,
@@ -127,6 +137,8 @@ def prepare_corpus(
     fallback_hub_id: str | None = MULTI30K_HUB_ID,
     cache_dir: str | Path | None = None,
     bad_lines: str = "error",
+    which_splits: Sequence[str] = SPLITS,
+    src_prefix: str = "",
 ) -> PreparedCorpus:
     """Stream a parallel corpus into Arrow, drop blank training pairs, cache it; or reuse the cache.
 
@@ -158,6 +170,10 @@ def prepare_corpus(
             naming the file and line, or its pair is dropped (``"skip"``), counted and logged by
             file and line. Validation and test lines are always errors: their pairs are scored
             against each other line by line.
+        which_splits: which of ``train`` / ``validation`` / ``test`` to read (a corpus that only adds
+            training pairs has no others); the others are neither read nor required.
+        src_prefix: text put before every source sentence of every split read, e.g. the tags
+            ``"<BT> "`` or ``"<2fr> "`` (after the blank check; part of the cache key).
 
     Raises:
         CorpusNotFoundError: the chosen source cannot be read; when it is the fallback, the
@@ -172,9 +188,13 @@ def prepare_corpus(
         data_dir, hub_id, hub_config, fallback_hub_id, train_split, valid_split, test_split
     )
     logger.info("corpus: %s", source.describe())
-    names = _split_names(*source.splits)
+    unknown = set(which_splits) - set(SPLITS)
+    if unknown or not which_splits:
+        raise ValueError(f"which_splits must be some of {SPLITS}, not {tuple(which_splits)}")
+    which_splits = tuple(name for name in SPLITS if name in which_splits)
+    names = {name: prefix for name, prefix in _split_names(*source.splits).items() if name in which_splits}
     if source.hub_id is None:
-        files = _local_files(source.data_dir, src_lang, tgt_lang, *source.splits)
+        files = _local_files(source.data_dir, src_lang, tgt_lang, *source.splits, only=which_splits)
         identity = {name: [_file_identity(p) for p in pair] for name, pair in files.items()}
 
         def blocks(name: str, skipped: SkippedLines | None) -> Iterator:
@@ -211,13 +231,13 @@ def prepare_corpus(
     def build(directory: Path | None) -> PreparedCorpus:
         splits, digests, seconds = {}, {}, {"read": 0.0, "filter": 0.0}
         skipped = SkippedLines() if bad_lines == "skip" else None
-        for name in SPLITS:
+        for name in which_splits:
             path = None if directory is None else directory / f"{name}.arrow"
             if path is not None:
                 remove_temporaries(path)
             train = name == "train"
             splits[name], stats = write_pairs(
-                blocks(name, skipped if train else None), path, drop_blank=train
+                blocks(name, skipped if train else None), path, drop_blank=train, src_prefix=src_prefix
             )
             digests[name] = stats.digest
             for stage, value in stats.seconds.items():
@@ -251,7 +271,11 @@ def prepare_corpus(
 
     if cache_dir is None:
         return build(None)
-    entry = Path(cache_dir) / "corpus" / _source_key(source, src_lang, tgt_lang, identity, bad_lines)
+    entry = (
+        Path(cache_dir)
+        / "corpus"
+        / _source_key(source, src_lang, tgt_lang, identity, bad_lines, src_prefix, which_splits)
+    )
     if not (entry / _COMPLETE).is_file():
         with exclusive(entry):
             if not (entry / _COMPLETE).is_file():
@@ -259,7 +283,7 @@ def prepare_corpus(
                 return build(entry)
     meta = json.loads((entry / _COMPLETE).read_text())
     splits = datasets.DatasetDict(
-        {name: datasets.Dataset.from_file(str(entry / f"{name}.arrow")) for name in SPLITS}
+        {name: datasets.Dataset.from_file(str(entry / f"{name}.arrow")) for name in which_splits}
     )
     logger.info("reusing corpus %s (%s)", entry, ", ".join(f"{k} {v}" for k, v in meta["sizes"].items()))
     if "skipped" in meta:
