@@ -32,7 +32,7 @@ class CheckpointPlan:
 
     Attributes:
         best: keeps the best checkpoint by ``val/bleu``.
-        recent: keeps the newest epoch or update checkpoints (None: none are kept).
+        recent: keeps the newest epoch or update checkpoints (at least the newest one).
         last: the callback that writes ``last.ckpt``.
         trainer_args: ``val_check_interval`` / ``check_val_every_n_epoch`` for update-based runs.
         average_last: how many of ``recent``'s checkpoints :meth:`to_average` returns.
@@ -85,20 +85,21 @@ def plan_checkpoints(
             monitor="val/bleu",
             mode="max",
             save_top_k=1,
+            auto_insert_metric_name=False,
+        )
+        # last.ckpt comes with the epoch checkpoints, which every epoch writes: Lightning writes a
+        # callback's last.ckpt only when that callback saved, and the best one does not save an
+        # epoch that is not better (last.ckpt stayed at the best epoch, and resuming redid epochs).
+        recent = ModelCheckpoint(
+            dirpath=ckpt_dir,
+            filename="epoch{epoch:03d}",
+            monitor="epoch",
+            mode="max",
+            save_top_k=max(1, average_last),
             save_last=True,
             auto_insert_metric_name=False,
         )
-        recent = None
-        if average_last > 1:
-            recent = ModelCheckpoint(
-                dirpath=ckpt_dir,
-                filename="epoch{epoch:03d}",
-                monitor="epoch",
-                mode="max",
-                save_top_k=average_last,
-                auto_insert_metric_name=False,
-            )
-        return CheckpointPlan(best, recent, best, {}, average_last)
+        return CheckpointPlan(best, recent, recent, {}, average_last)
 
     if every_n_updates < 1:
         raise ValueError(

@@ -55,7 +55,23 @@ def test_epoch_based_stays_the_default_and_the_multi30k_recipe():
     for overrides in ([], ["experiment=multi30k_de_en"], ["experiment=multi30k_en_de"]):
         assert compose_config(overrides).checkpoint.every_n_updates is None, overrides
     plan = plan_checkpoints(Path("/tmp/x"), None, keep_last=5, average_last=5)
-    assert plan.trainer_args == {} and plan.recent.monitor == "epoch" and plan.last is plan.best
+    assert plan.trainer_args == {} and plan.recent.monitor == "epoch" and plan.last is plan.recent
+
+
+@pytest.mark.parametrize("average_last", [0, 2])
+def test_epoch_based_last_ckpt_is_the_newest_epoch_even_when_it_is_not_the_best(toy, tmp_path, average_last):
+    # At learning rate 0 validation BLEU is the same every epoch: the first epoch stays the best, and
+    # Lightning, which writes last.ckpt only with a save of the same callback, kept it there.
+    out = tmp_path / "run"
+    overrides = [*toy_overrides(*toy), "trainer.max_epochs=3", "trainer.limit_train_batches=2"]
+    overrides += ["trainer.limit_val_batches=1", "test=false", f"average_last={average_last}"]
+    overrides += ["optimizer.lr=0"]
+    train(compose_config(overrides, out))
+    ckpts = out / "checkpoints"
+    [best] = ckpts.glob("best-epoch*.ckpt")
+    assert _state(best)["global_step"] == 2  # the first epoch's
+    assert _state(ckpts / "last.ckpt")["global_step"] == 6
+    assert _state(ckpts / "last.ckpt")["epoch"] == 2
 
 
 def test_the_wmt14_experiment_saves_by_updates_and_averages_them():
