@@ -141,6 +141,12 @@ def build_parser() -> argparse.ArgumentParser:
         "each source once per hypothesis (sentences x beam size x longest source; greedy counts 1): "
         "larger is faster and needs more memory; output order is the input order (default: %(default)s)",
     )
+    io.add_argument(
+        "--target-lang",
+        metavar="LANG",
+        help="the language to translate into, for a model trained on several (data.target_lang_tags): "
+        "its tag, e.g. <2fr>, goes before each input line",
+    )
     run = parser.add_argument_group("running")
     run.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps (default: cpu)")
     run.add_argument(
@@ -308,8 +314,10 @@ def run(args: argparse.Namespace) -> None:
         if path not in (None, "-") and not Path(path).is_file():
             raise UsageError(f"{option} {path}: no such file")
     try:
-        translator = Translator.from_checkpoint(args.checkpoint, args.device, DTYPES[args.dtype])
-    except ValueError as err:  # the device
+        translator = Translator.from_checkpoint(
+            args.checkpoint, args.device, DTYPES[args.dtype], target_lang=args.target_lang
+        )
+    except ValueError as err:  # the device, or the target language
         raise UsageError(str(err)) from None
     if args.workers > 1 and translator.device.type != "cpu":
         raise UsageError(f"--workers {args.workers} runs CPU processes; drop it or use --device cpu")

@@ -8,6 +8,7 @@ splits batches across ranks (rank and world size are read from ``self.trainer``)
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from pathlib import Path
@@ -20,10 +21,13 @@ from torch.utils.data import DataLoader
 
 from data.arrow_pairs import StreamedColumn
 from data.batching import TokenBucketBatchSampler, TokenizedPairs, collate_columns, padding_fraction
+from data.corpora import parse_corpora, reserved_tags, target_tag
 from data.corpus import MULTI30K_HUB_ID, SPLITS
+from data.mixing import CorpusMix
 from data.prepared import BAD_LINES, drop_long_pairs, prepare_corpus
 from data.tokenized import tokenize_split
 from data.tokenizer import (
+    SpmModelError,
     SubwordTokenizer,
     default_cache_dir,
     given_tokenizers,
@@ -32,6 +36,17 @@ from data.tokenizer import (
 )
 
 logger = logging.getLogger(__name__)
+
+
+def _check_tags_are_pieces(tokenizer: SubwordTokenizer, tags: list[str], key: str) -> None:
+    """Refuses a given model that would cut a tag into pieces (it was trained without it)."""
+    for tag in tags:
+        pieces = tokenizer.id_to_piece(tokenizer.encode([tag])[0])  # unknown characters: <unk>
+        if [piece for piece in pieces if piece != "\u2581"] != [tag]:  # a word boundary may stand before it
+            raise SpmModelError(
+                f"data.{key}: the tag {tag} is not one piece of this model (it becomes {pieces}), so the"
+                " model cannot tell it from text: use a model trained with it reserved, or drop the tag"
+            )
 
 
 def _column(dataset: datasets.Dataset, name: str) -> np.ndarray:
@@ -106,6 +121,12 @@ class TranslationDataModule(L.LightningDataModule):
         bad_lines: a training line of a local file with invalid UTF-8 or a NUL byte is an
             ``"error"`` naming the file and line, or its pair is dropped (``"skip"``), counted and
             logged by file and line (:func:`data.prepared.prepare_corpus`).
+        corpora: the training corpora, mixed by weight, each a mapping of
+            :class:`data.corpora.TrainingCorpus` fields; ``None`` or empty: the training split of
+            the corpus above. Validation and test are always the corpus above's.
+        target_lang_tags: put the target language's tag (``<2fr>``) before every source
+            sentence, of every split, and reserve it in SentencePiece: one model for several
+            target languages.
     """
 
     def __init__(
@@ -137,6 +158,8 @@ class TranslationDataModule(L.LightningDataModule):
         cache_dir: str | None = None,
         run_dir: str | None = None,
         bad_lines: str = "error",
+        corpora: list[dict] | None = None,
+        target_lang_tags: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -170,6 +193,12 @@ class TranslationDataModule(L.LightningDataModule):
         if bad_lines not in BAD_LINES:
             raise ValueError(f"data.bad_lines must be one of {', '.join(BAD_LINES)}, not {bad_lines!r}")
         self.bad_lines = bad_lines
+        self.target_lang_tags = target_lang_tags
+        self.listed = bool(corpora)  # an explicit list of training corpora
+        self.corpora = parse_corpora(corpora, src_lang, tgt_lang, data_dir, hub_id, hub_config, train_split)
+        self.reserved = reserved_tags(self.corpora, target_lang_tags, tgt_lang)
+        self.corpus_summary: list[dict] = []  # per training corpus: pairs, weight, per epoch, tag
+        self._mix: CorpusMix | None = None
 
         self.corpus: datasets.DatasetDict | None = None  # raw text: id, src, tgt
         self.tokenized: datasets.DatasetDict | None = None  # id, src_ids, tgt_ids, src/tgt_len
@@ -189,19 +218,7 @@ class TranslationDataModule(L.LightningDataModule):
         # Given models are read first: a wrong path stops the run before the corpus is read.
         given = given_tokenizers(**self.spm_models, joint=self.joint_vocab, num_threads=self.spm_threads)
         seconds = {}
-        prepared = prepare_corpus(
-            self.src_lang,
-            self.tgt_lang,
-            data_dir=self.data_dir,
-            hub_id=self.hub_id,
-            hub_config=self.hub_config,
-            fallback_hub_id=self.fallback_hub_id,
-            cache_dir=self.cache_dir,
-            bad_lines=self.bad_lines,
-            **self.split_names,
-        )
-        corpus = prepared.splits
-        seconds.update(prepared.seconds)
+        corpus, digests, sizes = self._read_corpora(seconds)
         tick = time.perf_counter()
         if given is not None:
             src_tok, tgt_tok = given
@@ -212,6 +229,7 @@ class TranslationDataModule(L.LightningDataModule):
                 " and data.".join(said),
                 " and ".join(str(t.vocab_size) for t in dict.fromkeys((src_tok, tgt_tok))),
             )
+            _check_tags_are_pieces(src_tok, self.reserved, " and data.".join(said))
             if self.run_dir is not None:
                 save_run_tokenizers(src_tok, tgt_tok, self.run_dir)
         else:
@@ -226,15 +244,14 @@ class TranslationDataModule(L.LightningDataModule):
                 character_coverage=self.character_coverage,
                 input_sentence_size=self.spm_input_sentence_size,
                 num_threads=self.spm_threads,
-                content_key=prepared.digests["train"],
+                content_key=digests["train"],
+                reserved=self.reserved,
             )
         seconds["sentencepiece"] = time.perf_counter() - tick
         tick = time.perf_counter()
         tokenized, lengths = {}, {}
         for split in SPLITS:
-            ds = tokenize_split(
-                corpus[split], src_tok, tgt_tok, self.cache_dir, content_key=prepared.digests[split]
-            )
+            ds = tokenize_split(corpus[split], src_tok, tgt_tok, self.cache_dir, content_key=digests[split])
             tokenized[split] = ds
             lengths[split] = (_column(ds, "src_len"), _column(ds, "tgt_len"))
         seconds["tokenize"] = time.perf_counter() - tick
@@ -244,6 +261,7 @@ class TranslationDataModule(L.LightningDataModule):
         self._served["train"] = TokenizedPairs(tokenized["train"], keep)
         tokenized["train"] = drop_long_pairs(tokenized["train"], src_len, tgt_len, self.max_len, "train")
         lengths["train"] = (src_len[keep], tgt_len[keep])
+        self._mix_corpora(np.repeat(np.arange(len(sizes)), sizes)[keep], *lengths["train"])
         for split in ("validation", "test"):
             n_long = int((np.maximum(*lengths[split]) > self.max_len).sum())
             if n_long:
@@ -259,6 +277,84 @@ class TranslationDataModule(L.LightningDataModule):
         self.tokenized = datasets.DatasetDict(tokenized)
         self.lengths = lengths
         self.stage_seconds = seconds
+
+    def _read_corpora(
+        self, seconds: dict[str, float]
+    ) -> tuple[datasets.DatasetDict, dict[str, str], list[int]]:
+        """The splits (train: every training corpus's pairs, in ``self.corpora`` order), their
+        content digests, and each training corpus's number of pairs."""
+        main_prefix = target_tag(self.tgt_lang) + " " if self.target_lang_tags else ""
+        common = {
+            "fallback_hub_id": self.fallback_hub_id,
+            "cache_dir": self.cache_dir,
+            "bad_lines": self.bad_lines,
+        }
+        main = prepare_corpus(
+            self.src_lang,
+            self.tgt_lang,
+            data_dir=self.data_dir,
+            hub_id=self.hub_id,
+            hub_config=self.hub_config,
+            which_splits=("validation", "test") if self.listed else SPLITS,
+            src_prefix=main_prefix,
+            **common,
+            **self.split_names,
+        )
+        parts = [main]
+        if self.listed:
+            parts = [
+                prepare_corpus(
+                    c.src_lang,
+                    c.tgt_lang,
+                    data_dir=c.data_dir,
+                    hub_id=c.hub_id,
+                    hub_config=c.hub_config,
+                    train_split=c.split,
+                    which_splits=("train",),
+                    src_prefix=c.source_prefix(self.target_lang_tags),
+                    **common,
+                )
+                for c in self.corpora
+            ]
+        for part in {id(p): p for p in [main, *parts]}.values():
+            for stage, value in part.seconds.items():
+                seconds[stage] = seconds.get(stage, 0.0) + value
+        splits, digests = dict(main.splits), dict(main.digests)
+        if self.listed:
+            splits["train"] = datasets.concatenate_datasets([p.splits["train"] for p in parts])
+            joined = "|".join(
+                f"{c.name}:{p.digests['train']}" for c, p in zip(self.corpora, parts, strict=True)
+            )
+            digests["train"] = hashlib.sha256(joined.encode()).hexdigest()
+        return datasets.DatasetDict(splits), digests, [len(p.splits["train"]) for p in parts]
+
+    def _mix_corpora(self, corpus_of: np.ndarray, src_len: np.ndarray, tgt_len: np.ndarray) -> None:
+        """Each corpus's weight made a :class:`CorpusMix` (none where all are 1); the summary logged.
+
+        Args:
+            corpus_of: ``[N]`` training corpus of each kept training pair.
+            src_len: ``[N]`` source widths.
+            tgt_len: ``[N]`` target widths.
+        """
+        weights = [c.weight for c in self.corpora]
+        keys = TokenBucketBatchSampler.length_keys(src_len, tgt_len)
+        self._mix = None if all(w == 1 for w in weights) else CorpusMix(corpus_of, weights, keys)
+        pairs = np.bincount(corpus_of, minlength=len(weights))
+        per_epoch = pairs if self._mix is None else self._mix.per_corpus
+        self.corpus_summary = [
+            {"name": c.name, "pairs": int(n), "weight": c.weight, "per_epoch": int(e), "tag": c.tag}
+            for c, n, e in zip(self.corpora, pairs, per_epoch, strict=True)
+        ]
+        if self.listed:
+            logger.info(
+                "training corpora, pairs per epoch: %s",
+                "; ".join(
+                    f"{s['name']} {s['per_epoch']:,} ({s['pairs']:,} pairs x {s['weight']:g}"
+                    + (f", tagged {s['tag']}" if s["tag"] else "")
+                    + ")"
+                    for s in self.corpus_summary
+                ),
+            )
 
     def prepare_data(self) -> None:
         """Read the corpus, train or reuse SentencePiece and tokenize, filling the caches.
@@ -280,6 +376,14 @@ class TranslationDataModule(L.LightningDataModule):
             )
 
     # --------------------------------------------------------------- accessors
+
+    @property
+    def target_tags(self) -> dict[str, str]:
+        """With ``target_lang_tags``: each target language's source tag (``{"fr": "<2fr>"}``), else {}."""
+        if not self.target_lang_tags:
+            return {}
+        langs = [c.tgt_lang for c in self.corpora] + [self.tgt_lang]
+        return {lang: target_tag(lang) for lang in sorted(set(langs))}
 
     @property
     def src_vocab_size(self) -> int:
@@ -333,6 +437,7 @@ class TranslationDataModule(L.LightningDataModule):
             seed=self.seed,
             num_replicas=num_replicas,
             rank=rank,
+            mix=self._mix if train else None,
         )
 
     def train_padding_fraction(self) -> float:

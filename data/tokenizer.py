@@ -169,6 +169,7 @@ def train_sentencepiece(
     character_coverage: float = 1.0,
     input_sentence_size: int = 2_000_000,
     num_threads: int = 1,
+    reserved: Sequence[str] = (),
 ) -> SubwordTokenizer:
     """Train a SentencePiece model in memory with the project's special ids.
 
@@ -180,8 +181,11 @@ def train_sentencepiece(
             0.9995 for scripts with large alphabets.
         input_sentence_size: at most this many sentences are sampled for training.
         num_threads: trainer threads.
+        reserved: words that are always one piece, e.g. the tags ``<BT>`` and ``<2fr>``
+            (SentencePiece's user-defined symbols).
     """
     model = io.BytesIO()
+    extra = {"user_defined_symbols": list(reserved)} if reserved else {}
     try:
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(texts),
@@ -197,6 +201,7 @@ def train_sentencepiece(
             bos_id=BOS_ID,
             eos_id=EOS_ID,
             minloglevel=1,
+            **extra,
         )
     except RuntimeError as err:
         raise RuntimeError(
@@ -216,6 +221,7 @@ def train_or_load_sentencepiece(
     input_sentence_size: int = 2_000_000,
     num_threads: int = 1,
     content_key: str | None = None,
+    reserved: Sequence[str] = (),
 ) -> SubwordTokenizer:
     """Reuse the cached model for this training text and these settings, or train and cache one.
 
@@ -235,6 +241,7 @@ def train_or_load_sentencepiece(
         num_threads: trainer and encoder threads (not part of the key).
         content_key: identifies the training text (e.g. the corpus digest and side), so the
             texts need not be hashed; ``None``: the texts are hashed.
+        reserved: see :func:`train_sentencepiece`.
     """
     from data.cache import exclusive, remove_temporaries  # lazy: translate.py imports this module
 
@@ -246,6 +253,8 @@ def train_or_load_sentencepiece(
         "input_sentence_size": input_sentence_size,
         "special_ids": [PAD_ID, UNK_ID, BOS_ID, EOS_ID],
     }
+    if reserved:  # absent otherwise, so that models cached before it keep their keys
+        settings["reserved"] = list(reserved)
     h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     if content_key is None:
         n = sum(_hash_texts(h, part) for part in texts)
@@ -273,6 +282,7 @@ def train_or_load_sentencepiece(
                     character_coverage,
                     input_sentence_size,
                     num_threads,
+                    reserved,
                 )
                 tokenizer.save(path)
                 logger.info("saved SentencePiece model %s", path)
@@ -350,6 +360,7 @@ def train_or_load_tokenizers(
     input_sentence_size: int = 2_000_000,
     num_threads: int = 1,
     content_key: str | None = None,
+    reserved: Sequence[str] = (),
 ) -> tuple[SubwordTokenizer, SubwordTokenizer]:
     """The source and target tokenizers for a training split, copied into the run directory.
 
@@ -368,6 +379,7 @@ def train_or_load_tokenizers(
         content_key: identifies the training split (its corpus digest), so that the texts need
             not be hashed and, where larger than ``input_sentence_size``, only a sample is read
             (see :func:`train_or_load_sentencepiece`); ``None``: the texts are hashed.
+        reserved: source tags kept as one piece, in the joint or the source model.
 
     Returns:
         ``(src_tokenizer, tgt_tokenizer)``; the same object twice when ``joint``.
@@ -386,10 +398,12 @@ def train_or_load_tokenizers(
 
     if joint:
         src_tok = tgt_tok = train_or_load_sentencepiece(
-            [train_src, train_tgt], content_key=key("joint"), **kwargs
+            [train_src, train_tgt], content_key=key("joint"), reserved=reserved, **kwargs
         )
     else:
-        src_tok = train_or_load_sentencepiece([train_src], content_key=key("src"), **kwargs)
+        src_tok = train_or_load_sentencepiece(
+            [train_src], content_key=key("src"), reserved=reserved, **kwargs
+        )
         tgt_tok = train_or_load_sentencepiece([train_tgt], content_key=key("tgt"), **kwargs)
     if run_dir is not None:
         save_run_tokenizers(src_tok, tgt_tok, run_dir)

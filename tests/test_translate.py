@@ -243,6 +243,12 @@ def test_cli_hostile_input_keeps_every_line(toy_checkpoint: Path, tmp_path: Path
     assert f"{tmp_path / 'hostile.txt'} line 31: 100 subword tokens" in greedy.stderr.decode()
 
 
+def test_cli_target_lang_the_model_was_not_trained_for_is_a_one_line_error(toy_checkpoint: Path) -> None:
+    result = run_cli("--checkpoint", str(toy_checkpoint), "--target-lang", "fr", stdin=b"ein hund\n")
+    assert result.returncode == 2 and result.stdout == b""
+    assert result.stderr.decode() == "translate.py: error: this model translates into en only, not fr\n"
+
+
 def test_cli_truncated_checkpoint_is_a_one_line_error(toy_checkpoint: Path, tmp_path: Path) -> None:
     data = toy_checkpoint.read_bytes()
     truncated = tmp_path / "truncated.ckpt"

@@ -132,6 +132,7 @@ def _inference_fields(datamodule: Any, src_lang: str, tgt_lang: str) -> dict[str
         tgt_lang=tgt_lang,
         src_spm=datamodule.src_tokenizer.model_proto,
         tgt_spm=None if joint else datamodule.tgt_tokenizer.model_proto,
+        target_tags=datamodule.target_tags,
     )
 
 
@@ -327,6 +328,8 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
     datamodule = instantiate(cfg.data, run_dir=str(output_dir))
     datamodule.prepare_data()
     datamodule.setup("fit")
+    if datamodule.listed:  # results.json: what an epoch held of each training corpus
+        record.fields.update(corpora=datamodule.corpus_summary)
     joint = datamodule.src_tokenizer is datamodule.tgt_tokenizer
     model_cfg = _to_plain_dict(cfg.model)
     model_cfg.update(src_vocab_size=datamodule.src_vocab_size, tgt_vocab_size=datamodule.tgt_vocab_size)

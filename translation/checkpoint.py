@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,11 @@ def _spm_bytes(model: SpmModel) -> bytes:
 
 
 def inference_fields(
-    src_spm: SpmModel, tgt_spm: SpmModel | None, src_lang: str, tgt_lang: str
+    src_spm: SpmModel,
+    tgt_spm: SpmModel | None,
+    src_lang: str,
+    tgt_lang: str,
+    target_tags: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The checkpoint's ``"nmt"`` entry: languages, tokenizers and special ids.
 
@@ -57,6 +61,8 @@ def inference_fields(
         tgt_spm: the target model likewise, or None for a joint vocabulary (a target model with
             the same bytes as the source is stored as None too).
         src_lang, tgt_lang: language codes, e.g. ``"de"``, ``"en"``.
+        target_tags: a model of several target languages: each language's source tag, e.g.
+            ``{"de": "<2de>", "fr": "<2fr>"}`` (``data.target_lang_tags``); None or empty: one.
 
     Returns:
         A dict of plain values, safe for ``torch.load(weights_only=True)``.
@@ -80,6 +86,7 @@ def inference_fields(
         "tgt_lang": str(tgt_lang),
         "src_spm": src,
         "tgt_spm": tgt,
+        "target_tags": dict(target_tags or {}),
         **SPECIAL_IDS,
     }
 
@@ -222,6 +229,7 @@ class InferenceCheckpoint:
         src_tokenizer, tgt_tokenizer: the subword models (the same object for a joint vocabulary).
         bos_id, eos_id: target begin/end-of-sentence ids.
         src_lang, tgt_lang: language codes ("" when the checkpoint does not say).
+        target_tags: per target language, the tag its sources carry; empty for a model of one.
     """
 
     model: Transformer
@@ -231,6 +239,7 @@ class InferenceCheckpoint:
     eos_id: int
     src_lang: str
     tgt_lang: str
+    target_tags: dict[str, str] = field(default_factory=dict)
 
 
 def load_checkpoint(path: str | os.PathLike, dtype: torch.dtype = torch.float32) -> InferenceCheckpoint:
@@ -282,4 +291,5 @@ def load_checkpoint(path: str | os.PathLike, dtype: torch.dtype = torch.float32)
         eos_id=int(nmt["eos_id"]),
         src_lang=str(nmt.get("src_lang", "")),
         tgt_lang=str(nmt.get("tgt_lang", "")),
+        target_tags={str(k): str(v) for k, v in (nmt.get("target_tags") or {}).items()},
     )

@@ -148,6 +148,20 @@ def search_batch(
     return [[(h.tokens, h.score, h.log_prob) for h in per_sentence] for per_sentence in hyps]
 
 
+def _source_prefix(target_tags: dict[str, str], target_lang: str | None, tgt_lang: str) -> str:
+    """The tag (and a space) that asks a model of several target languages for ``target_lang``."""
+    if not target_tags:
+        if target_lang and tgt_lang and target_lang != tgt_lang:
+            raise ValueError(f"this model translates into {tgt_lang} only, not {target_lang}")
+        return ""
+    known = ", ".join(sorted(target_tags))
+    if not target_lang:
+        raise ValueError(f"this model translates into {known}: say which (--target-lang, target_lang)")
+    if target_lang not in target_tags:
+        raise ValueError(f"this model was not trained to translate into {target_lang}, only into {known}")
+    return target_tags[target_lang] + " "
+
+
 class Translator:
     """A model in eval mode with its tokenizers: sentences in, ranked translations out.
 
@@ -158,6 +172,14 @@ class Translator:
         bos_id, eos_id: target begin/end-of-sentence ids.
         device: where the model runs.
         src_lang, tgt_lang: languages, for messages.
+        target_tags: a model of several target languages: per language, the tag put before its
+            sources (``{"de": "<2de>", "fr": "<2fr>"}``); empty for a model of one.
+        target_lang: the language to translate into; required with ``target_tags`` (its tag is
+            put before every non-empty source), else ``tgt_lang`` or None.
+
+    Raises:
+        ValueError: no ``target_lang`` for a model of several, or one it was not trained for;
+            the message names those it was.
     """
 
     def __init__(
@@ -170,17 +192,25 @@ class Translator:
         device: torch.device,
         src_lang: str = "",
         tgt_lang: str = "",
+        target_tags: dict[str, str] | None = None,
+        target_lang: str | None = None,
     ) -> None:
+        self.src_prefix = _source_prefix(target_tags or {}, target_lang, tgt_lang)
         self.model = model.to(device).eval().pack_for_inference()  # oneDNN-packed weights on CPU
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
         self.bos_id, self.eos_id, self.pad_id = bos_id, eos_id, model.cfg.pad_id
         self.device = device
-        self.src_lang, self.tgt_lang = src_lang, tgt_lang
+        self.src_lang = src_lang
+        self.tgt_lang = target_lang or tgt_lang
 
     @classmethod
     def from_checkpoint(
-        cls, path: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
+        cls,
+        path: str | os.PathLike,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        target_lang: str | None = None,
     ) -> Translator:
         """The translator of a checkpoint written by training (``translation/checkpoint.py``).
 
@@ -190,10 +220,13 @@ class Translator:
             dtype: the weights' type: ``torch.bfloat16`` halves their memory and is faster on
                 CPUs with AVX512-BF16 and on recent GPUs (BENCHMARKS.md, "Decoding speed"); scores
                 and the search's bookkeeping stay in fp32.
+            target_lang: the language to translate into, for a model of several (trained with
+                ``data.target_lang_tags``); it must be one of them.
 
         Raises:
             CheckpointError: the file is missing, truncated, foreign, or its parts do not fit.
-            ValueError: ``device`` is not a device name or not available here.
+            ValueError: ``device`` is not a device name or not available here; ``target_lang``
+                missing for a model of several languages, or not one of them (naming them).
         """
         device = resolve_device(device)  # before reading: a wrong device is reported at once
         loaded = load_checkpoint(path, dtype)
@@ -206,6 +239,8 @@ class Translator:
             device=device,
             src_lang=loaded.src_lang,
             tgt_lang=loaded.tgt_lang,
+            target_tags=loaded.target_tags,
+            target_lang=target_lang,
         )
 
     @property
@@ -223,7 +258,8 @@ class Translator:
             texts: ``n`` sentences; warnings name them as line ``i + 1`` of ``name``.
             name: the input's name, for warnings.
         """
-        ids = self.src_tokenizer.encode([one_line(t) for t in texts])
+        # The target language's tag goes before each sentence; an empty one stays empty (no output).
+        ids = self.src_tokenizer.encode([self.src_prefix + one_line(t) if t.strip() else t for t in texts])
         limit = self.max_source_tokens
         for number, seq in enumerate(ids, start=1):
             if len(seq) > limit:

@@ -259,9 +259,9 @@ def _composed(name: str) -> dict:
 def test_configs_map_one_to_one_and_every_key_is_commented(tiny_corpus_dir: Path, tmp_path: Path) -> None:
     params = set(inspect.signature(TranslationDataModule.__init__).parameters) - {"self"}
     multi30k = _composed("multi30k")
-    assert set(multi30k) - {"_target_"} == params
+    assert set(multi30k) - {"_target_", "_convert_"} == params
     hub = _composed("hub")
-    assert set(hub) - {"_target_"} == params
+    assert set(hub) - {"_target_", "_convert_"} == params
     assert hub["hub_id"] == "wmt14" and hub["valid_split"] == "validation"
     for path in sorted((CONF_DIR / "data").glob("*.yaml")):
         lines = path.read_text().splitlines()

@@ -337,3 +337,38 @@ def test_two_runs_started_in_the_same_second_get_different_directories():
     ]
     assert outputs[0][1] == outputs[1][1] == "True"  # stable within a process
     assert outputs[0][0] != outputs[1][0]  # different across processes
+
+
+def test_a_mix_of_tagged_corpora_trains_records_its_counts_and_resumes_exactly(toy, tmp_path):
+    corpus, cache, _ = toy
+    bt = write_toy_corpus(tmp_path / "bt", {"train": 300}, seed=7)
+    runs = tmp_path / "runs"
+    bt_entry = f"{{name: bt, data_dir: '{bt}', weight: 0.5, tag: '<BT>'}}"
+    mix = f"data.corpora=[{{name: clean, weight: 1.5}}, {bt_entry}]"
+    common = [*toy_overrides(corpus, cache, runs), "test=false", "name=mix", mix]
+    common += [
+        "trainer.limit_train_batches=4",
+        "trainer.limit_val_batches=1",
+        "trainer.num_sanity_val_steps=0",
+    ]
+
+    def last_weights(
+        run: str, epochs: int, extra: list[str], ckpt_run: str | None = None
+    ) -> tuple[dict, dict]:
+        results = train(compose_config([*common, f"trainer.max_epochs={epochs}", *extra], runs / "mix" / run))
+        last = runs / "mix" / (ckpt_run or run) / "checkpoints" / "last.ckpt"
+        return torch.load(last, weights_only=True)["state_dict"], results
+
+    straight, results = last_weights("straight", 2, ["ckpt_path=null"])
+    assert [(c["name"], c["weight"], c["tag"]) for c in results["corpora"]] == [
+        ("clean", 1.5, None),
+        ("bt", 0.5, "<BT>"),
+    ]
+    assert [c["per_epoch"] for c in results["corpora"]] == [
+        round(1.5 * c["pairs"]) for c in results["corpora"][:1]
+    ] + [round(0.5 * results["corpora"][1]["pairs"])]
+    os.rename(runs / "mix" / "straight", tmp_path / "straight")  # "last" must find the 1-epoch run
+    last_weights("a_first", 1, [])
+    resumed, _ = last_weights("b_second", 2, ["ckpt_path=last"], ckpt_run="a_first")
+    for name in straight:
+        torch.testing.assert_close(resumed[name], straight[name], rtol=0, atol=0, msg=name)

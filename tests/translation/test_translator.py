@@ -221,3 +221,31 @@ def test_resolve_device() -> None:
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
             resolve_device("cuda:0")
+
+
+def test_a_model_of_several_target_languages_is_asked_for_one_and_tags_each_line(tmp_path) -> None:
+    pairs = toy_pairs(50, seed=0)
+    src = SubwordTokenizer(train_word_spm([s for s, _ in pairs] + ["<2de> <2fr>"]))  # tags: one word each
+    tgt = SubwordTokenizer(train_word_spm([t for _, t in pairs]))
+    model = make_translator((src, tgt)).model
+    tags = {"de": "<2de>", "fr": "<2fr>"}
+    path = write_checkpoint(
+        tmp_path / "multi.ckpt", model, inference_fields(src.model_proto, tgt.model_proto, "en", "de", tags)
+    )
+    with pytest.raises(ValueError, match=r"this model translates into de, fr: say which \(--target-lang"):
+        Translator.from_checkpoint(path)
+    with pytest.raises(ValueError, match="not trained to translate into es, only into de, fr"):
+        Translator.from_checkpoint(path, target_lang="es")
+    translator = Translator.from_checkpoint(path, target_lang="fr")
+    assert translator.tgt_lang == "fr"
+    ids = translator.encode_sources(["hund", "", "  "])
+    assert ids == [src.encode(["<2fr> hund"])[0], [], []]  # an empty line stays empty: no output
+    assert src.id_to_piece(ids[0][:1]) == ["\u2581<2fr>"]
+    assert len(translator.translate(["hund", ""], beam_size=2)) == 2
+    # A model of one language takes that language and refuses another.
+    one = write_checkpoint(
+        tmp_path / "one.ckpt", model, inference_fields(src.model_proto, tgt.model_proto, "en", "de")
+    )
+    assert Translator.from_checkpoint(one, target_lang="de").encode_sources(["hund"]) == src.encode(["hund"])
+    with pytest.raises(ValueError, match="this model translates into de only, not fr"):
+        Translator.from_checkpoint(one, target_lang="fr")
