@@ -398,7 +398,7 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
     rendezvous_timeout = trainer_cfg.pop("ddp_rendezvous_timeout", None)
     strategy = ddp_strategy(trainer_cfg.get("strategy", "auto"), ddp_timeout, rendezvous_timeout)
     if ddp_timeout is not None and strategy != "auto":
-        callbacks.append(RankWatch(float(ddp_timeout)))
+        callbacks.append(RankWatch(float(ddp_timeout), rendezvous_timeout))
     trainer: L.Trainer = instantiate(
         trainer_cfg,
         strategy=strategy,

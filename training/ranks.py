@@ -1,10 +1,12 @@
 """DDP processes that wait for each other at most ``trainer.ddp_timeout``, and say who is missing.
 
 Starting is not hanging: the processes meet first at the rendezvous, where a rank that is still
-importing torch, Lightning and Hydra on a slow or busy node may arrive many seconds after rank 0.
-The rendezvous waits ``trainer.ddp_rendezvous_timeout`` (generous, as torchrun's is); only once
-every rank has joined does the process group's timeout become ``trainer.ddp_timeout``, so a short
-hang detection never makes a slow-starting node fail to connect.
+importing torch, Lightning and Hydra on a slow or busy node may arrive many seconds after rank 0,
+and then set up together (DDP's weight broadcast, Lightning's own broadcasts, the sanity-check
+validation), where one rank can lag the other by as much on a loaded machine. Until training
+starts every collective waits ``trainer.ddp_rendezvous_timeout`` (generous, as torchrun's
+rendezvous is); only then does the process groups' timeout become ``trainer.ddp_timeout``, so a
+short hang detection never makes a slow-starting node fail to connect.
 
 Under DDP a rank that hangs (a stuck data loader, a deadlocked kernel) or dies leaves the others
 waiting in the next collective, the gradient all-reduce, for the process group's timeout (30
@@ -47,22 +49,22 @@ class RankTimeoutError(RuntimeError):
 
 
 class RendezvousDDPStrategy(DDPStrategy):
-    """Lightning's DDP whose processes join within one timeout and then wait for each other within another.
+    """Lightning's DDP whose processes start within one timeout and then wait for each other within another.
 
     Args:
-        timeout_s: every collective's timeout once all ranks have joined (``trainer.ddp_timeout``).
-        rendezvous_timeout_s: how long the ranks wait for each other to join the process group
-            (``trainer.ddp_rendezvous_timeout``).
+        timeout_s: every collective's timeout once training has started (``trainer.ddp_timeout``).
+        rendezvous_timeout_s: every collective's timeout until then: joining the process group and
+            setting up (``trainer.ddp_rendezvous_timeout``).
     """
 
     def __init__(self, timeout_s: float, rendezvous_timeout_s: float) -> None:
         super().__init__(timeout=timedelta(seconds=rendezvous_timeout_s))
         self.collective_timeout = timedelta(seconds=timeout_s)
 
-    def setup_distributed(self) -> None:
-        super().setup_distributed()  # init_process_group, waiting up to the rendezvous timeout
-        # init_process_group takes one timeout for both the join and the collectives; torch's
-        # _set_pg_timeout (private, documented in its source; gloo and NCCL) changes the second.
+    def on_train_start(self) -> None:
+        super().on_train_start()
+        # init_process_group takes one timeout for the start and for training; torch's
+        # _set_pg_timeout (private, documented in its source; gloo and NCCL) changes it after.
         _set_pg_timeout(self.collective_timeout)
 
 
@@ -102,18 +104,24 @@ class RankWatch(Callback):
 
     Args:
         timeout_s: how long a rank waits for the others (``trainer.ddp_timeout``).
+        rendezvous_timeout_s: how long setting up its group may wait for the others, before
+            training starts (``trainer.ddp_rendezvous_timeout``; None: ``timeout_s``).
     """
 
-    def __init__(self, timeout_s: float) -> None:
-        if timeout_s <= 0:
-            raise ValueError(f"trainer.ddp_timeout must be a positive number of seconds, not {timeout_s}")
-        self.timeout = timedelta(seconds=timeout_s)
+    def __init__(self, timeout_s: float, rendezvous_timeout_s: float | None = None) -> None:
+        self.timeout = timedelta(seconds=_positive("ddp_timeout", timeout_s))
+        start = timeout_s if rendezvous_timeout_s is None else rendezvous_timeout_s
+        self.start_timeout = timedelta(seconds=_positive("ddp_rendezvous_timeout", start))
         self.group: Any = None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.group is None and dist.is_available() and dist.is_initialized() and trainer.world_size > 1:
             # monitored_barrier is gloo's alone; its own group also works beside NCCL on GPUs.
-            self.group = dist.new_group(backend="gloo", timeout=self.timeout)
+            self.group = dist.new_group(backend="gloo", timeout=self.start_timeout)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.group is not None:
+            _set_pg_timeout(self.timeout, self.group)
 
     def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: Tensor) -> None:
         if self.group is None:

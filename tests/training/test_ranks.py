@@ -2,7 +2,8 @@
 
 Two gloo processes on the CPU with ``trainer.ddp_timeout=5``: rank 1 sleeps in (or raises from) its
 training step of the second update. In the hang test rank 1 also starts later than the timeout
-after rank 0, as on a slow node: joining waits ``trainer.ddp_rendezvous_timeout``, not the 5 s.
+after rank 0, as on a slow node: until training starts the ranks wait
+``trainer.ddp_rendezvous_timeout`` for each other, not the 5 s.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def test_missing_ranks_are_read_from_torchs_message():
 def test_a_timeout_must_be_positive_and_only_ddp_gets_one():
     with pytest.raises(ValueError, match="trainer.ddp_timeout must be a positive"):
         RankWatch(0)
+    with pytest.raises(ValueError, match="trainer.ddp_rendezvous_timeout must be a positive"):
+        RankWatch(5, 0)
     with pytest.raises(ValueError, match="trainer.ddp_timeout must be a positive"):
         ddp_strategy("ddp", -1)
     assert ddp_strategy("auto", 5) == "auto"
