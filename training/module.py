@@ -26,6 +26,7 @@ from data.tokenizer import SPECIAL_IDS
 from training.loss import token_cross_entropy
 from training.memory import peak_resident_mib, release_free_memory, resident_mib
 from training.nonfinite import NonFiniteGuard, total_grad_norm
+from training.optimizer import OPTIMIZERS, build_optimizer, group_weight_decay
 from training.schedule import inverse_sqrt_factor
 from transformer import Transformer, TransformerConfig
 from transformer.search import DecodingConfig, beam_search, greedy_search
@@ -45,6 +46,7 @@ DECODING_TOKENS = DEFAULT_MAX_TOKENS
 FUSED_ADAM_DEVICES = ("cuda", "cpu")
 
 DEFAULT_OPTIMIZER = {
+    "name": "adam",
     "lr": 5e-4,
     "betas": (0.9, 0.98),
     "eps": 1e-9,
@@ -160,9 +162,9 @@ class TranslationModule(L.LightningModule):
 
     Args:
         model: ``TransformerConfig`` fields (vocabulary sizes included).
-        optimizer: Adam settings ``lr`` (peak), ``betas``, ``eps``, ``weight_decay``, ``fused``
-            (None: fused on CUDA and the CPU unless fp16 scales the gradients) and the inverse-sqrt schedule's
-            ``warmup_steps``.
+        optimizer: ``name`` (``adam`` or ``adamw``: :mod:`training.optimizer`), its settings ``lr``
+            (peak), ``betas``, ``eps``, ``weight_decay``, ``fused`` (None: fused on CUDA and the CPU
+            unless fp16 scales the gradients) and the inverse-sqrt schedule's ``warmup_steps``.
         label_smoothing: epsilon of label smoothing (0.1 in the paper).
         decoding: :class:`EvalDecoding` fields: ``beam_size``, ``alpha`` (length penalty) and
             ``max_len_a``/``max_len_b`` for the test stage, ``valid_beam_size`` for validation;
@@ -193,6 +195,8 @@ class TranslationModule(L.LightningModule):
         model = _checked_plain_dict("model", model)
         optimizer = {**DEFAULT_OPTIMIZER, **_checked_plain_dict("optimizer", optimizer)}
         optimizer["betas"] = tuple(optimizer["betas"])
+        if optimizer["name"] not in OPTIMIZERS:  # refused when the config is read, not at fit
+            raise ValueError(f"optimizer.name={optimizer['name']!r} is not one of {', '.join(OPTIMIZERS)}")
         self.decoding = EvalDecoding.from_dict(_checked_plain_dict("decoding", decoding))
         special_ids = {**SPECIAL_IDS, **_checked_plain_dict("special_ids", special_ids)}
         self.save_hyperparameters(
@@ -298,7 +302,8 @@ class TranslationModule(L.LightningModule):
         for group, lr_lambda, base_lr in zip(
             optimizer.param_groups, scheduler.lr_lambdas, scheduler.base_lrs, strict=True
         ):
-            group.update(betas=tuple(opt["betas"]), eps=opt["eps"], weight_decay=opt["weight_decay"])
+            weight_decay = group_weight_decay(group, opt["weight_decay"])  # AdamW's vectors stay at 0
+            group.update(betas=tuple(opt["betas"]), eps=opt["eps"], weight_decay=weight_decay)
             group["initial_lr"] = base_lr
             group["lr"] = base_lr * lr_lambda(scheduler.last_epoch)
         scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
@@ -313,8 +318,9 @@ class TranslationModule(L.LightningModule):
             # Adam unscales inside step().
             device = next(self.model.parameters()).device.type
             fused = device in FUSED_ADAM_DEVICES and self._grad_scaler() is None
-        adam = torch.optim.Adam(
-            self.model.parameters(),
+        adam = build_optimizer(
+            self.model,
+            opt["name"],
             lr=opt["lr"],
             betas=tuple(opt["betas"]),
             eps=opt["eps"],

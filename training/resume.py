@@ -69,6 +69,14 @@ SAFE_TO_CHANGE = (
 )
 
 
+# Keys added to the config after checkpoints were written without them, each with the value that
+# does what those runs did: a checkpoint's config that lacks one is read as holding that value, so
+# that a run resumed from an older checkpoint is not refused for a key its run never had.
+ADDED_KEYS: dict[str, Any] = {
+    "optimizer.name": "adam",
+}
+
+
 class CheckpointError(RuntimeError):
     """A checkpoint that cannot be resumed from (damaged, not a checkpoint, or from another config)."""
 
@@ -251,7 +259,8 @@ def check_config(saved: dict | None, current: dict, allow_changes: list[str]) ->
 
     Args:
         saved: the checkpoint's config (None: a checkpoint from before configs were stored; a
-            warning says that nothing is checked).
+            warning says that nothing is checked). A key of :data:`ADDED_KEYS` it lacks is read
+            as that key's value there.
         current: this run's config, resolved.
         allow_changes: dotted keys (a group stands for every key under it) that may differ.
 
@@ -265,6 +274,7 @@ def check_config(saved: dict | None, current: dict, allow_changes: list[str]) ->
         )
         return []
     old, new = _flat(saved), _flat(current)
+    old = {**{k: v for k, v in ADDED_KEYS.items() if k not in old}, **old}
     changed = sorted(k for k in old.keys() | new.keys() if old.get(k, _MISSING) != new.get(k, _MISSING))
     changed = [k for k in changed if not _covered(k, SAFE_TO_CHANGE)]
     said = {
