@@ -12,6 +12,7 @@ function is not a submodule, so the checkpoint of a compiled run is the same as 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -27,7 +28,7 @@ from training.loss import token_cross_entropy
 from training.memory import peak_resident_mib, release_free_memory, resident_mib
 from training.nonfinite import NonFiniteGuard, total_grad_norm
 from training.optimizer import OPTIMIZERS, build_optimizer, group_weight_decay
-from training.schedule import inverse_sqrt_factor
+from training.schedule import NEEDS_TOTAL, SCHEDULES, schedule_factor
 from transformer import Transformer, TransformerConfig
 from transformer.search import DecodingConfig, beam_search, greedy_search
 from translation.metrics import CorpusScores, corpus_scores
@@ -52,6 +53,9 @@ DEFAULT_OPTIMIZER = {
     "eps": 1e-9,
     "weight_decay": 0.0,
     "warmup_steps": 4000,
+    "schedule": "inverse_sqrt",
+    "total_steps": None,
+    "min_lr_ratio": 0.0,
     "fused": None,
 }
 
@@ -164,7 +168,9 @@ class TranslationModule(L.LightningModule):
         model: ``TransformerConfig`` fields (vocabulary sizes included).
         optimizer: ``name`` (``adam`` or ``adamw``: :mod:`training.optimizer`), its settings ``lr``
             (peak), ``betas``, ``eps``, ``weight_decay``, ``fused`` (None: fused on CUDA and the CPU
-            unless fp16 scales the gradients) and the inverse-sqrt schedule's ``warmup_steps``.
+            unless fp16 scales the gradients); the schedule (:mod:`training.schedule`): its name
+            ``schedule`` (``inverse_sqrt``, ``cosine``, ``linear``), ``warmup_steps``, and for the
+            decaying ones ``total_steps`` (None: the Trainer's estimate) and ``min_lr_ratio``.
         label_smoothing: epsilon of label smoothing (0.1 in the paper).
         decoding: :class:`EvalDecoding` fields: ``beam_size``, ``alpha`` (length penalty) and
             ``max_len_a``/``max_len_b`` for the test stage, ``valid_beam_size`` for validation;
@@ -197,6 +203,10 @@ class TranslationModule(L.LightningModule):
         optimizer["betas"] = tuple(optimizer["betas"])
         if optimizer["name"] not in OPTIMIZERS:  # refused when the config is read, not at fit
             raise ValueError(f"optimizer.name={optimizer['name']!r} is not one of {', '.join(OPTIMIZERS)}")
+        if optimizer["schedule"] not in SCHEDULES:
+            raise ValueError(
+                f"optimizer.schedule={optimizer['schedule']!r} is not one of {', '.join(SCHEDULES)}"
+            )
         self.decoding = EvalDecoding.from_dict(_checked_plain_dict("decoding", decoding))
         special_ids = {**SPECIAL_IDS, **_checked_plain_dict("special_ids", special_ids)}
         self.save_hyperparameters(
@@ -327,9 +337,33 @@ class TranslationModule(L.LightningModule):
             weight_decay=opt["weight_decay"],
             fused=bool(fused),
         )
-        warmup = int(opt["warmup_steps"])
-        schedule = torch.optim.lr_scheduler.LambdaLR(adam, lambda step: inverse_sqrt_factor(step + 1, warmup))
+        name = opt["schedule"]
+        total = self._total_updates() if name in NEEDS_TOTAL else None
+        factor = schedule_factor(name, int(opt["warmup_steps"]), total, float(opt["min_lr_ratio"]))
+        # LambdaLR counts the steps taken from 0; update k (from 1) takes factor(k).
+        schedule = torch.optim.lr_scheduler.LambdaLR(adam, lambda step: factor(step + 1))
         return {"optimizer": adam, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    def _total_updates(self) -> int:
+        """The run's optimizer updates, where the schedule decays to its floor.
+
+        ``optimizer.total_steps``, else Lightning's ``estimated_stepping_batches`` (the fewer of
+        ``trainer.max_steps`` and ``trainer.max_epochs`` times the updates of an epoch).
+
+        Raises:
+            ValueError: neither bounds the run (or there is no Trainer), naming the settings.
+        """
+        total = self.hparams.optimizer["total_steps"]
+        if total is not None:
+            return int(total)
+        trainer = self._trainer
+        estimated = float("inf") if trainer is None else trainer.estimated_stepping_batches
+        if not math.isfinite(estimated):
+            raise ValueError(
+                f"optimizer.schedule={self.hparams.optimizer['schedule']} needs the run's number of updates: "
+                "set optimizer.total_steps, or bound the run with trainer.max_steps or trainer.max_epochs"
+            )
+        return int(estimated)
 
     def configure_gradient_clipping(
         self,

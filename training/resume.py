@@ -27,6 +27,8 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
+from training.schedule import NEEDS_TOTAL
+
 logger = logging.getLogger(__name__)
 
 # Keys that may differ from the checkpoint's config without changing what the run computes: limits,
@@ -74,7 +76,14 @@ SAFE_TO_CHANGE = (
 # that a run resumed from an older checkpoint is not refused for a key its run never had.
 ADDED_KEYS: dict[str, Any] = {
     "optimizer.name": "adam",
+    "optimizer.schedule": "inverse_sqrt",
+    "optimizer.total_steps": None,
+    "optimizer.min_lr_ratio": 0.0,
 }
+
+# Safe to change, except where the schedule decays to its floor at the update the Trainer
+# estimates from them (optimizer.schedule cosine or linear, optimizer.total_steps null).
+RUN_LENGTH = ("trainer.max_steps", "trainer.max_epochs")
 
 
 class CheckpointError(RuntimeError):
@@ -266,7 +275,8 @@ def check_config(saved: dict | None, current: dict, allow_changes: list[str]) ->
 
     Raises:
         CheckpointError: keys that differ and are neither in :data:`SAFE_TO_CHANGE` nor allowed,
-            each with both values.
+            each with both values; :data:`RUN_LENGTH` counts as a change where a decaying
+            schedule's end is taken from it.
     """
     if saved is None:
         logger.warning(
@@ -274,9 +284,13 @@ def check_config(saved: dict | None, current: dict, allow_changes: list[str]) ->
         )
         return []
     old, new = _flat(saved), _flat(current)
-    old = {**{k: v for k, v in ADDED_KEYS.items() if k not in old}, **old}
+    old = {**{k: v for k, v in ADDED_KEYS.items() if k in new and k not in old}, **old}
     changed = sorted(k for k in old.keys() | new.keys() if old.get(k, _MISSING) != new.get(k, _MISSING))
-    changed = [k for k in changed if not _covered(k, SAFE_TO_CHANGE)]
+    safe = SAFE_TO_CHANGE
+    optimizer = current.get("optimizer") or {}
+    if optimizer.get("schedule") in NEEDS_TOTAL and optimizer.get("total_steps") is None:
+        safe = tuple(k for k in safe if k not in RUN_LENGTH)  # they set where the decay ends
+    changed = [k for k in changed if not _covered(k, safe)]
     said = {
         k: f"{k}: {old.get(k, _MISSING)!r} in the checkpoint, {new.get(k, _MISSING)!r} now" for k in changed
     }
