@@ -46,6 +46,10 @@ DECODING_TOKENS = DEFAULT_MAX_TOKENS
 # parameters); it has a CPU kernel since PyTorch 2.4, within pyproject's range.
 FUSED_ADAM_DEVICES = ("cuda", "cpu")
 
+# How an update's gradient is normalised (TranslationModule's ``loss_normalization``): "batch",
+# the mean of each batch's per-token mean loss; "update", the update's summed loss over its tokens.
+LOSS_NORMALIZATIONS = ("batch", "update")
+
 DEFAULT_OPTIMIZER = {
     "name": "adam",
     "lr": 5e-4,
@@ -172,6 +176,10 @@ class TranslationModule(L.LightningModule):
             ``schedule`` (``inverse_sqrt``, ``cosine``, ``linear``), ``warmup_steps``, and for the
             decaying ones ``total_steps`` (None: the Trainer's estimate) and ``min_lr_ratio``.
         label_smoothing: epsilon of label smoothing (0.1 in the paper).
+        loss_normalization: what an update's gradient is divided by (:data:`LOSS_NORMALIZATIONS`):
+            ``"batch"`` (default), each batch's loss is its mean over its target tokens, and
+            accumulated batches (and DDP's ranks) are averaged; ``"update"`` (fairseq's), the sum
+            over every target token of the update, all batches and ranks, divided by their number.
         decoding: :class:`EvalDecoding` fields: ``beam_size``, ``alpha`` (length penalty) and
             ``max_len_a``/``max_len_b`` for the test stage, ``valid_beam_size`` for validation;
             missing ones take their defaults.
@@ -196,6 +204,7 @@ class TranslationModule(L.LightningModule):
         tgt_lang: str = "en",
         compile: bool | dict = False,
         max_nonfinite_in_a_row: int = 10,
+        loss_normalization: str = "batch",
     ) -> None:
         super().__init__()
         model = _checked_plain_dict("model", model)
@@ -209,11 +218,16 @@ class TranslationModule(L.LightningModule):
             )
         self.decoding = EvalDecoding.from_dict(_checked_plain_dict("decoding", decoding))
         special_ids = {**SPECIAL_IDS, **_checked_plain_dict("special_ids", special_ids)}
+        if loss_normalization not in LOSS_NORMALIZATIONS:
+            raise ValueError(
+                f"loss_normalization={loss_normalization!r} is not one of {', '.join(LOSS_NORMALIZATIONS)}"
+            )
         self.save_hyperparameters(
             {
                 "model": model,
                 "optimizer": optimizer,
                 "label_smoothing": label_smoothing,
+                "loss_normalization": loss_normalization,
                 "decoding": asdict(self.decoding),
                 "special_ids": special_ids,
                 "src_lang": src_lang,
@@ -233,6 +247,7 @@ class TranslationModule(L.LightningModule):
         self._compiled_losses = None  # torch.compile(token_losses), made on first training use
         self.nonfinite = NonFiniteGuard(max_nonfinite_in_a_row)
         self._batch_ids: Tensor | None = None  # the last training batch's example ids, for messages
+        self._update_tokens = 0  # target tokens of this rank's batches since the last update
 
     # ------------------------------------------------------------------ training
 
@@ -258,6 +273,11 @@ class TranslationModule(L.LightningModule):
         self.log("train/lr", self.optimizers().param_groups[0]["lr"], prog_bar=True)
         self._tokens_in_step = int(tokens)
         self._batch_ids = batch.get("ids")
+        if self.hparams.loss_normalization == "update":
+            # Summed: the update's gradient is divided by its tokens once they are all counted
+            # (optimizer_step), so that every target token of the update weighs the same.
+            self._update_tokens += self._tokens_in_step
+            return loss_sum.sum()
         return loss
 
     def optimizer_step(
@@ -269,6 +289,8 @@ class TranslationModule(L.LightningModule):
         (``train/skipped_updates``); see :mod:`training.nonfinite`.
         """
         loss = optimizer_closure()
+        if self.hparams.loss_normalization == "update":
+            self._divide_gradients_by_update_tokens()
         scaler = self._grad_scaler()
         grad_norm = total_grad_norm(list(self.model.parameters()))
         if scaler is not None:  # fp16: the gradients are still scaled here
@@ -283,6 +305,24 @@ class TranslationModule(L.LightningModule):
             return
         # The closure has run: hand the precision plugin its result (it unscales and clips).
         optimizer.step(closure=lambda: loss)
+
+    def _divide_gradients_by_update_tokens(self) -> None:
+        """Turns the update's gradient of summed losses into that of their mean over its target tokens.
+
+        Lightning divided each batch's summed loss by ``accumulate_grad_batches`` before its
+        backward, and DDP averaged the ranks' gradients; the gradient is multiplied back by both
+        and divided by the target tokens of every batch of the update on every rank (one scalar
+        all-reduce), fairseq's normalisation. It is linear, so fp16's still scaled gradients and
+        the clipping and non-finite checks that follow see the normalised gradient.
+        """
+        trainer = self.trainer
+        local = torch.tensor(float(self._update_tokens), dtype=torch.float64, device=self.device)
+        self._update_tokens = 0
+        total = float(trainer.strategy.reduce(local, reduce_op="sum"))
+        scale = trainer.accumulate_grad_batches * trainer.world_size / max(total, 1.0)
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        if grads:
+            torch._foreach_mul_(grads, scale)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         now = time.perf_counter()

@@ -278,6 +278,7 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
         tgt_lang=cfg.data.tgt_lang,
         compile=_to_plain_dict(compile) if isinstance(compile, DictConfig) else bool(compile),
         max_nonfinite_in_a_row=int(cfg.max_nonfinite_in_a_row),
+        loss_normalization=str(cfg.get("loss_normalization", "batch")),
     )
     module.output_dir = str(output_dir)
     logger.info("model: %s parameters", f"{module.model.num_parameters():,}")

@@ -79,6 +79,7 @@ ADDED_KEYS: dict[str, Any] = {
     "optimizer.schedule": "inverse_sqrt",
     "optimizer.total_steps": None,
     "optimizer.min_lr_ratio": 0.0,
+    "loss_normalization": "batch",
 }
 
 # Safe to change, except where the schedule decays to its floor at the update the Trainer
