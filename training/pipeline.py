@@ -27,6 +27,7 @@ from training.attention_image import AttentionImage
 from training.averaging import average_checkpoints
 from training.budget import TimeBudgetCheck, max_time_seconds
 from training.checkpoints import plan_checkpoints
+from training.ema import ExponentialMovingAverage
 from training.ending import FAILED, FINISHED, Ending, ending_after_fit, ending_of_exception
 from training.memory import configure_allocators, peak_resident_mib
 from training.module import TranslationModule
@@ -314,6 +315,9 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
     loggers = make_loggers(cfg, output_dir, resume if cfg.train else None)
     if len(loggers) > 1:
         callbacks.append(AttentionImage(index=0))
+    ema = cfg.get("ema") or {}
+    if ema.get("decay") is not None:  # validation, checkpoints and the test stage take the EMA
+        callbacks.append(ExponentialMovingAverage(float(ema.decay)))
     stopping = cfg.early_stopping
     if stopping.patience is not None:
         callbacks.append(early_stopping(int(stopping.patience), float(stopping.min_delta)))

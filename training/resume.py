@@ -80,6 +80,7 @@ ADDED_KEYS: dict[str, Any] = {
     "optimizer.total_steps": None,
     "optimizer.min_lr_ratio": 0.0,
     "loss_normalization": "batch",
+    "ema.decay": None,
 }
 
 # Safe to change, except where the schedule decays to its floor at the update the Trainer
