@@ -81,6 +81,8 @@ ADDED_KEYS: dict[str, Any] = {
     "optimizer.min_lr_ratio": 0.0,
     "loss_normalization": "batch",
     "ema.decay": None,
+    "data.spm_sampling_alpha": None,
+    "data.spm_sampling_nbest": -1,
 }
 
 # Safe to change, except where the schedule decays to its floor at the update the Trainer

@@ -203,13 +203,18 @@ def test_an_averaged_checkpoint_is_tested_but_not_resumed_from(tmp_path):
         resume_point(str(averaged), tmp_path, "x", tmp_path / "out")
 
 
-def test_an_ema_run_resumes_bit_exactly_and_its_checkpoints_hold_the_ema_for_translation(toy, tmp_path):
+@pytest.mark.parametrize("sampling", [[], ["data.spm_sampling_alpha=0.2"]], ids=["best", "sampled"])
+def test_an_ema_run_resumes_bit_exactly_and_its_checkpoints_hold_the_ema_for_translation(
+    toy, tmp_path, sampling
+):
     """ema.decay: stopped at update 3 and resumed (across an epoch end, dropout on) == 6 straight:
-    the EMA, the training weights and the count of updates averaged, to the bit. The checkpoint's
-    state_dict, what translate.py loads, is the EMA; the training weights are kept beside it."""
+    the EMA, the training weights and the count of updates averaged, to the bit; also where each
+    batch's subwords are sampled (its draw seeded by the data seed, epoch and batch). The
+    checkpoint's state_dict, what translate.py loads, is the EMA; the training weights are kept
+    beside it."""
     from translation.checkpoint import load_checkpoint
 
-    common = ["ema.decay=0.9", "checkpoint.every_n_updates=3"]
+    common = ["ema.decay=0.9", "checkpoint.every_n_updates=3", *sampling]
     _run(toy, tmp_path / "straight", [*common, "trainer.max_steps=6"])
     _run(toy, tmp_path / "stopped", [*common, "trainer.max_steps=3"])
     ckpt = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
