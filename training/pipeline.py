@@ -317,6 +317,8 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
         callbacks.append(AttentionImage(index=0))
     ema = cfg.get("ema") or {}
     if ema.get("decay") is not None:  # validation, checkpoints and the test stage take the EMA
+        # After AttentionImage: callbacks' validation-end hooks run in this order, and the EMA's
+        # puts the training weights back, so the image is drawn from the weights validated.
         callbacks.append(ExponentialMovingAverage(float(ema.decay)))
     stopping = cfg.early_stopping
     if stopping.patience is not None:

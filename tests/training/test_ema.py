@@ -79,3 +79,37 @@ def test_a_decay_outside_0_and_1_is_refused_naming_the_setting():
     for decay in (0.0, 1.0, 1.5):
         with pytest.raises(ValueError, match="ema.decay must be within"):
             ExponentialMovingAverage(decay)
+
+
+def test_a_checkpoint_saved_mid_validation_holds_the_ema_and_loads_back_both():
+    """Saved while validation holds the EMA in the model (a signal, an exception), the checkpoint
+    still keeps the training weights beside the EMA; loading it puts each back where it was."""
+    torch.manual_seed(0)
+    module = TranslationModule(_tiny(12))
+    ema = ExponentialMovingAverage(DECAY)
+    ema.setup(None, module, "fit")
+    training = [p.detach().clone() for p in module.model.parameters()]
+    with torch.no_grad():
+        for p in ema.average.module.parameters():
+            p.add_(1.0)  # an average apart from the weights
+    ema.average.n_averaged.fill_(7)
+    averaged = [p.detach().clone() for p in ema.average.module.parameters()]
+    ema.on_validation_epoch_start(None, module)
+    checkpoint = {"state_dict": module.state_dict()}
+    ema.on_save_checkpoint(None, module, checkpoint)
+    ema.on_validation_epoch_end(None, module)
+    names = [n for n, _ in module.model.named_parameters()]
+    for name, t, a in zip(names, training, averaged, strict=True):
+        assert torch.equal(checkpoint["state_dict"][f"model.{name}"], a)
+        assert torch.equal(checkpoint["ema"]["training_weights"][f"model.{name}"], t)
+    assert int(checkpoint["ema"]["n_averaged"]) == 7
+
+    resumed, restored = TranslationModule(_tiny(12)), ExponentialMovingAverage(DECAY)
+    restored.setup(None, resumed, "fit")
+    resumed.load_state_dict(checkpoint["state_dict"])  # as Lightning does first: the EMA
+    restored.on_load_checkpoint(None, resumed, checkpoint)
+    for p, q, t, a in zip(
+        resumed.model.parameters(), restored.average.module.parameters(), training, averaged, strict=True
+    ):
+        assert torch.equal(p, t) and torch.equal(q, a)
+    assert int(restored.average.n_averaged) == 7
