@@ -122,6 +122,23 @@ def longest_first_batches(widths: Sequence[int], max_tokens: int) -> list[list[i
     return [order[s:e] for s, e in token_budget_batches([widths[i] for i in order], max_tokens)]
 
 
+class BatchIndices(list):
+    """A batch's example indices (a list, as ``DataLoader(batch_sampler=...)`` takes), with its epoch.
+
+    The DataLoader hands this object to the dataset's ``__getitems__`` as it is (pickled to a
+    worker process, the epoch with it): what :class:`data.sampling.SampledPairs` seeds its
+    subword sampling with, so that a batch gets the same segmentation however it is fetched.
+
+    Args:
+        indices: the examples of the batch.
+        epoch: the epoch whose order the batch comes from.
+    """
+
+    def __init__(self, indices: list[int], epoch: int) -> None:
+        super().__init__(indices)
+        self.epoch = epoch
+
+
 class TokenBucketBatchSampler(Sampler[list[int]]):
     """Yields lists of example indices, one list per batch, for ``DataLoader(batch_sampler=...)``.
 
@@ -246,13 +263,13 @@ class TokenBucketBatchSampler(Sampler[list[int]]):
         """Batches per epoch on this rank (equal on all ranks)."""
         return (len(self._segments) + self._num_repeated) // self.num_replicas
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def __iter__(self) -> Iterator[BatchIndices]:
         mine = self.global_batches()[self.rank :: self.num_replicas]
         start, self._resume_at = self._resume_at, 0
         self._position = start
         for batch in mine[start:]:
             self._position += 1
-            yield batch.tolist()
+            yield BatchIndices(batch.tolist(), self.epoch)
 
     def state_dict(self) -> dict[str, int]:
         """Epoch and position (batches already handed out in this epoch on this rank).
@@ -350,16 +367,19 @@ class TokenizedPairs(torch.utils.data.Dataset):
             Index ``i`` of this dataset is row ``rows[i]``.
     """
 
+    # The split's columns fetched: ids, and the subword ids of each side.
+    COLUMNS = ("id", "src_ids", "tgt_ids")
+
     def __init__(self, dataset: datasets.Dataset, rows: np.ndarray | None = None) -> None:
         if dataset._indices is not None:  # .data would be the unselected table
             raise ValueError("pass the split without select()/filter() and the kept positions as rows")
-        self.table = dataset.select_columns(["id", "src_ids", "tgt_ids"]).data
+        self.table = dataset.select_columns(list(self.COLUMNS)).data
         self.rows = None if rows is None else np.asarray(rows, dtype=np.int64)
         self._batches: list[pa.RecordBatch] | None = None  # views of the table, rebuilt after pickling
         self._starts: np.ndarray | None = None  # first row of each record batch, and the row count
 
     def __getstate__(self) -> dict:
-        return {"table": self.table, "rows": self.rows, "_batches": None, "_starts": None}
+        return {**self.__dict__, "_batches": None, "_starts": None}
 
     def __len__(self) -> int:
         return self.table.num_rows if self.rows is None else len(self.rows)
@@ -382,11 +402,15 @@ class TokenizedPairs(torch.utils.data.Dataset):
             return self.table.table.slice(0, 0)
         return pa.Table.from_batches(parts).combine_chunks().take(pa.array(np.argsort(order)))
 
-    def __getitems__(self, indices: list[int]) -> PairColumns:
+    def _rows(self, indices: list[int]) -> pa.Table:
+        """The table's rows of dataset indices ``indices``, in that order."""
         positions = np.asarray(indices, dtype=np.int64)
         if self.rows is not None:
             positions = self.rows[positions]
-        batch = self._take(positions)
+        return self._take(positions)
+
+    def __getitems__(self, indices: list[int]) -> PairColumns:
+        batch = self._rows(indices)
         src_values, src_lengths = _list_column(batch, "src_ids")
         tgt_values, tgt_lengths = _list_column(batch, "tgt_ids")
         ids = batch.column("id").to_numpy()

@@ -25,6 +25,7 @@ from data.corpora import parse_corpora, reserved_tags, target_tag
 from data.corpus import MULTI30K_HUB_ID, SPLITS
 from data.mixing import CorpusMix
 from data.prepared import BAD_LINES, drop_long_pairs, prepare_corpus
+from data.sampling import SampledPairs
 from data.tokenized import tokenize_split
 from data.tokenizer import (
     SpmModelError,
@@ -107,6 +108,12 @@ class TranslationDataModule(L.LightningDataModule):
         src_spm_model, tgt_spm_model: the same, one model per side (both, without ``joint_vocab``).
         max_len: training pairs whose source (with EOS) or target (with BOS/EOS) is longer than
             this many subwords are dropped (counts logged); validation and test are never cut.
+        spm_sampling_alpha: subword regularisation of the training split (:mod:`data.sampling`):
+            each batch's segmentation drawn afresh by SentencePiece, ``alpha`` its smoothing
+            exponent (unigram) or merge dropout (BPE); ``None``: the one best segmentation.
+            Validation, test and translation always use the best.
+        spm_sampling_nbest: with ``spm_sampling_alpha`` and a unigram model: sample among all
+            segmentations (-1) or the ``nbest`` best.
         max_tokens: padded tokens per batch, ``batch_size * max(src_len, tgt_len)``.
         eval_max_tokens: the same for validation and test; ``None`` means ``max_tokens``.
         seed: seed of the per-epoch batch order.
@@ -150,6 +157,8 @@ class TranslationDataModule(L.LightningDataModule):
         src_spm_model: str | None = None,
         tgt_spm_model: str | None = None,
         max_len: int = 250,
+        spm_sampling_alpha: float | None = None,
+        spm_sampling_nbest: int = -1,
         max_tokens: int = 4096,
         eval_max_tokens: int | None = None,
         seed: int = 1234,
@@ -183,6 +192,7 @@ class TranslationDataModule(L.LightningDataModule):
             "tgt_spm_model": tgt_spm_model,
         }
         self.max_len = max_len
+        self.spm_sampling_alpha, self.spm_sampling_nbest = spm_sampling_alpha, spm_sampling_nbest
         self.max_tokens = max_tokens
         self.eval_max_tokens = eval_max_tokens or max_tokens
         self.seed = seed
@@ -258,7 +268,19 @@ class TranslationDataModule(L.LightningDataModule):
         src_len, tgt_len = lengths["train"]
         keep = np.flatnonzero(np.maximum(src_len, tgt_len) <= self.max_len)
         self._served = {split: TokenizedPairs(tokenized[split]) for split in ("validation", "test")}
-        self._served["train"] = TokenizedPairs(tokenized["train"], keep)
+        if self.spm_sampling_alpha is None:
+            self._served["train"] = TokenizedPairs(tokenized["train"], keep)
+        else:  # the raw text, encoded afresh for each batch; the tokenized lengths plan the batches
+            self._served["train"] = SampledPairs(
+                corpus["train"],
+                keep,
+                src_tok,
+                tgt_tok,
+                alpha=self.spm_sampling_alpha,
+                nbest_size=self.spm_sampling_nbest,
+                seed=self.seed,
+                max_len=self.max_len,
+            )
         tokenized["train"] = drop_long_pairs(tokenized["train"], src_len, tgt_len, self.max_len, "train")
         lengths["train"] = (src_len[keep], tgt_len[keep])
         self._mix_corpora(np.repeat(np.arange(len(sizes)), sizes)[keep], *lengths["train"])

@@ -103,6 +103,29 @@ class SubwordTokenizer:
         """
         return self.sp.encode(list(texts), out_type=int, num_threads=self.num_threads)
 
+    def sample_encode(self, texts: list[str], alpha: float, nbest_size: int, seed: int) -> list[list[int]]:
+        """Texts to sampled subword ids (subword regularisation), the draw fixed by ``seed``.
+
+        SentencePiece's own sampling (``enable_sampling``; :mod:`data.sampling` says what
+        ``alpha`` and ``nbest_size`` mean for unigram and BPE models). Its random generator is
+        seeded with ``seed`` first (process-wide; the training loader fetches one batch at a
+        time in a process), and the texts are encoded on one thread: SentencePiece's threads
+        would draw in whatever order they run.
+
+        Args:
+            texts: ``batch`` strings.
+            alpha: unigram: exponent of the sampling distribution; BPE: merge dropout probability.
+            nbest_size: unigram: sample among all segmentations (-1) or the ``nbest_size`` best.
+            seed: seed of the draw, below 2**32.
+
+        Returns:
+            ``batch`` lists of ids, without BOS or EOS.
+        """
+        spm.set_random_generator_seed(seed)
+        return self.sp.encode(
+            list(texts), out_type=int, enable_sampling=True, alpha=alpha, nbest_size=nbest_size, num_threads=1
+        )
+
     def decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
         """Subword ids to detokenized text; PAD, BOS and EOS ids are skipped wherever they are.
 

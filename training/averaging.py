@@ -13,7 +13,9 @@ def average_checkpoints(paths: list[str | Path], output: str | Path) -> Path:
     """Writes a checkpoint whose ``state_dict`` is the element-wise mean of those in ``paths``.
 
     Everything else (hyperparameters, tokenizer fields) is taken from the last checkpoint;
-    optimizer and loop states are dropped, since no training state matches averaged weights.
+    optimizer and loop states are dropped, since no training state matches averaged weights (and
+    so are the training weights an EMA run keeps beside its ``state_dict``, the EMA, which is
+    what is averaged: :mod:`training.ema`).
     ``output`` is written whole or not at all (:func:`data.atomic.atomic_write`): a failed or
     interrupted average leaves an earlier ``output`` as it was.
     """
@@ -35,7 +37,9 @@ def average_checkpoints(paths: list[str | Path], output: str | Path) -> Path:
         for name, t in total.items()
     }
     keep = {
-        k: v for k, v in last.items() if k not in ("optimizer_states", "lr_schedulers", "loops", "callbacks")
+        k: v
+        for k, v in last.items()
+        if k not in ("optimizer_states", "lr_schedulers", "loops", "callbacks", "ema")
     }
     keep["state_dict"] = averaged
     keep["averaged_from"] = [str(p) for p in paths]

@@ -12,6 +12,7 @@ function is not a submodule, so the checkpoint of a compiled run is the same as 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -26,7 +27,8 @@ from data.tokenizer import SPECIAL_IDS
 from training.loss import token_cross_entropy
 from training.memory import peak_resident_mib, release_free_memory, resident_mib
 from training.nonfinite import NonFiniteGuard, total_grad_norm
-from training.schedule import inverse_sqrt_factor
+from training.optimizer import OPTIMIZERS, build_optimizer, group_weight_decay
+from training.schedule import NEEDS_TOTAL, SCHEDULES, schedule_factor
 from transformer import Transformer, TransformerConfig
 from transformer.search import DecodingConfig, beam_search, greedy_search
 from translation.metrics import CorpusScores, corpus_scores
@@ -44,12 +46,20 @@ DECODING_TOKENS = DEFAULT_MAX_TOKENS
 # parameters); it has a CPU kernel since PyTorch 2.4, within pyproject's range.
 FUSED_ADAM_DEVICES = ("cuda", "cpu")
 
+# How an update's gradient is normalised (TranslationModule's ``loss_normalization``): "batch",
+# the mean of each batch's per-token mean loss; "update", the update's summed loss over its tokens.
+LOSS_NORMALIZATIONS = ("batch", "update")
+
 DEFAULT_OPTIMIZER = {
+    "name": "adam",
     "lr": 5e-4,
     "betas": (0.9, 0.98),
     "eps": 1e-9,
     "weight_decay": 0.0,
     "warmup_steps": 4000,
+    "schedule": "inverse_sqrt",
+    "total_steps": None,
+    "min_lr_ratio": 0.0,
     "fused": None,
 }
 
@@ -160,10 +170,16 @@ class TranslationModule(L.LightningModule):
 
     Args:
         model: ``TransformerConfig`` fields (vocabulary sizes included).
-        optimizer: Adam settings ``lr`` (peak), ``betas``, ``eps``, ``weight_decay``, ``fused``
-            (None: fused on CUDA and the CPU unless fp16 scales the gradients) and the inverse-sqrt schedule's
-            ``warmup_steps``.
+        optimizer: ``name`` (``adam`` or ``adamw``: :mod:`training.optimizer`), its settings ``lr``
+            (peak), ``betas``, ``eps``, ``weight_decay``, ``fused`` (None: fused on CUDA and the CPU
+            unless fp16 scales the gradients); the schedule (:mod:`training.schedule`): its name
+            ``schedule`` (``inverse_sqrt``, ``cosine``, ``linear``), ``warmup_steps``, and for the
+            decaying ones ``total_steps`` (None: the Trainer's estimate) and ``min_lr_ratio``.
         label_smoothing: epsilon of label smoothing (0.1 in the paper).
+        loss_normalization: what an update's gradient is divided by (:data:`LOSS_NORMALIZATIONS`):
+            ``"batch"`` (default), each batch's loss is its mean over its target tokens, and
+            accumulated batches (and DDP's ranks) are averaged; ``"update"`` (fairseq's), the sum
+            over every target token of the update, all batches and ranks, divided by their number.
         decoding: :class:`EvalDecoding` fields: ``beam_size``, ``alpha`` (length penalty) and
             ``max_len_a``/``max_len_b`` for the test stage, ``valid_beam_size`` for validation;
             missing ones take their defaults.
@@ -188,18 +204,30 @@ class TranslationModule(L.LightningModule):
         tgt_lang: str = "en",
         compile: bool | dict = False,
         max_nonfinite_in_a_row: int = 10,
+        loss_normalization: str = "batch",
     ) -> None:
         super().__init__()
         model = _checked_plain_dict("model", model)
         optimizer = {**DEFAULT_OPTIMIZER, **_checked_plain_dict("optimizer", optimizer)}
         optimizer["betas"] = tuple(optimizer["betas"])
+        if optimizer["name"] not in OPTIMIZERS:  # refused when the config is read, not at fit
+            raise ValueError(f"optimizer.name={optimizer['name']!r} is not one of {', '.join(OPTIMIZERS)}")
+        if optimizer["schedule"] not in SCHEDULES:
+            raise ValueError(
+                f"optimizer.schedule={optimizer['schedule']!r} is not one of {', '.join(SCHEDULES)}"
+            )
         self.decoding = EvalDecoding.from_dict(_checked_plain_dict("decoding", decoding))
         special_ids = {**SPECIAL_IDS, **_checked_plain_dict("special_ids", special_ids)}
+        if loss_normalization not in LOSS_NORMALIZATIONS:
+            raise ValueError(
+                f"loss_normalization={loss_normalization!r} is not one of {', '.join(LOSS_NORMALIZATIONS)}"
+            )
         self.save_hyperparameters(
             {
                 "model": model,
                 "optimizer": optimizer,
                 "label_smoothing": label_smoothing,
+                "loss_normalization": loss_normalization,
                 "decoding": asdict(self.decoding),
                 "special_ids": special_ids,
                 "src_lang": src_lang,
@@ -219,6 +247,7 @@ class TranslationModule(L.LightningModule):
         self._compiled_losses = None  # torch.compile(token_losses), made on first training use
         self.nonfinite = NonFiniteGuard(max_nonfinite_in_a_row)
         self._batch_ids: Tensor | None = None  # the last training batch's example ids, for messages
+        self._update_tokens = 0  # target tokens of this rank's batches since the last update
 
     # ------------------------------------------------------------------ training
 
@@ -244,6 +273,11 @@ class TranslationModule(L.LightningModule):
         self.log("train/lr", self.optimizers().param_groups[0]["lr"], prog_bar=True)
         self._tokens_in_step = int(tokens)
         self._batch_ids = batch.get("ids")
+        if self.hparams.loss_normalization == "update":
+            # Summed: the update's gradient is divided by its tokens once they are all counted
+            # (optimizer_step), so that every target token of the update weighs the same.
+            self._update_tokens += self._tokens_in_step
+            return loss_sum.sum()
         return loss
 
     def optimizer_step(
@@ -255,6 +289,8 @@ class TranslationModule(L.LightningModule):
         (``train/skipped_updates``); see :mod:`training.nonfinite`.
         """
         loss = optimizer_closure()
+        if self.hparams.loss_normalization == "update":
+            self._divide_gradients_by_update_tokens()
         scaler = self._grad_scaler()
         grad_norm = total_grad_norm(list(self.model.parameters()))
         if scaler is not None:  # fp16: the gradients are still scaled here
@@ -269,6 +305,24 @@ class TranslationModule(L.LightningModule):
             return
         # The closure has run: hand the precision plugin its result (it unscales and clips).
         optimizer.step(closure=lambda: loss)
+
+    def _divide_gradients_by_update_tokens(self) -> None:
+        """Turns the update's gradient of summed losses into that of their mean over its target tokens.
+
+        Lightning divided each batch's summed loss by ``accumulate_grad_batches`` before its
+        backward, and DDP averaged the ranks' gradients; the gradient is multiplied back by both
+        and divided by the target tokens of every batch of the update on every rank (one scalar
+        all-reduce), fairseq's normalisation. It is linear, so fp16's still scaled gradients and
+        the clipping and non-finite checks that follow see the normalised gradient.
+        """
+        trainer = self.trainer
+        local = torch.tensor(float(self._update_tokens), dtype=torch.float64, device=self.device)
+        self._update_tokens = 0
+        total = float(trainer.strategy.reduce(local, reduce_op="sum"))
+        scale = trainer.accumulate_grad_batches * trainer.world_size / max(total, 1.0)
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        if grads:
+            torch._foreach_mul_(grads, scale)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         now = time.perf_counter()
@@ -298,7 +352,8 @@ class TranslationModule(L.LightningModule):
         for group, lr_lambda, base_lr in zip(
             optimizer.param_groups, scheduler.lr_lambdas, scheduler.base_lrs, strict=True
         ):
-            group.update(betas=tuple(opt["betas"]), eps=opt["eps"], weight_decay=opt["weight_decay"])
+            weight_decay = group_weight_decay(group, opt["weight_decay"])  # AdamW's vectors stay at 0
+            group.update(betas=tuple(opt["betas"]), eps=opt["eps"], weight_decay=weight_decay)
             group["initial_lr"] = base_lr
             group["lr"] = base_lr * lr_lambda(scheduler.last_epoch)
         scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
@@ -313,17 +368,42 @@ class TranslationModule(L.LightningModule):
             # Adam unscales inside step().
             device = next(self.model.parameters()).device.type
             fused = device in FUSED_ADAM_DEVICES and self._grad_scaler() is None
-        adam = torch.optim.Adam(
-            self.model.parameters(),
+        adam = build_optimizer(
+            self.model,
+            opt["name"],
             lr=opt["lr"],
             betas=tuple(opt["betas"]),
             eps=opt["eps"],
             weight_decay=opt["weight_decay"],
             fused=bool(fused),
         )
-        warmup = int(opt["warmup_steps"])
-        schedule = torch.optim.lr_scheduler.LambdaLR(adam, lambda step: inverse_sqrt_factor(step + 1, warmup))
+        name = opt["schedule"]
+        total = self._total_updates() if name in NEEDS_TOTAL else None
+        factor = schedule_factor(name, int(opt["warmup_steps"]), total, float(opt["min_lr_ratio"]))
+        # LambdaLR counts the steps taken from 0; update k (from 1) takes factor(k).
+        schedule = torch.optim.lr_scheduler.LambdaLR(adam, lambda step: factor(step + 1))
         return {"optimizer": adam, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    def _total_updates(self) -> int:
+        """The run's optimizer updates, where the schedule decays to its floor.
+
+        ``optimizer.total_steps``, else Lightning's ``estimated_stepping_batches`` (the fewer of
+        ``trainer.max_steps`` and ``trainer.max_epochs`` times the updates of an epoch).
+
+        Raises:
+            ValueError: neither bounds the run (or there is no Trainer), naming the settings.
+        """
+        total = self.hparams.optimizer["total_steps"]
+        if total is not None:
+            return int(total)
+        trainer = self._trainer
+        estimated = float("inf") if trainer is None else trainer.estimated_stepping_batches
+        if not math.isfinite(estimated):
+            raise ValueError(
+                f"optimizer.schedule={self.hparams.optimizer['schedule']} needs the run's number of updates: "
+                "set optimizer.total_steps, or bound the run with trainer.max_steps or trainer.max_epochs"
+            )
+        return int(estimated)
 
     def configure_gradient_clipping(
         self,

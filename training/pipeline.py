@@ -29,6 +29,7 @@ from training.attention_image import AttentionImage
 from training.averaging import average_checkpoints
 from training.budget import TimeBudgetCheck, max_time_seconds
 from training.checkpoints import plan_checkpoints
+from training.ema import ExponentialMovingAverage
 from training.ending import FAILED, FINISHED, Ending, ending_after_fit, ending_of_exception
 from training.finetune import (
     InitPoint,
@@ -346,6 +347,7 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
         tgt_lang=cfg.data.tgt_lang,
         compile=_to_plain_dict(compile) if isinstance(compile, DictConfig) else bool(compile),
         max_nonfinite_in_a_row=int(cfg.max_nonfinite_in_a_row),
+        loss_normalization=str(cfg.get("loss_normalization", "batch")),
     )
     module.output_dir = str(output_dir)
     logger.info("model: %s parameters", f"{module.model.num_parameters():,}")
@@ -385,6 +387,11 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
     loggers = make_loggers(cfg, output_dir, resume if cfg.train else None)
     if len(loggers) > 1:
         callbacks.append(AttentionImage(index=0))
+    ema = cfg.get("ema") or {}
+    if ema.get("decay") is not None:  # validation, checkpoints and the test stage take the EMA
+        # After AttentionImage: callbacks' validation-end hooks run in this order, and the EMA's
+        # puts the training weights back, so the image is drawn from the weights validated.
+        callbacks.append(ExponentialMovingAverage(float(ema.decay)))
     stopping = cfg.early_stopping
     if stopping.patience is not None:
         callbacks.append(early_stopping(int(stopping.patience), float(stopping.min_delta)))

@@ -28,6 +28,8 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 
+from training.schedule import NEEDS_TOTAL
+
 logger = logging.getLogger(__name__)
 
 # Keys that may differ from the checkpoint's config without changing what the run computes: limits,
@@ -72,6 +74,11 @@ SAFE_TO_CHANGE = (
     "data.spm_threads",
     "data.eval_max_tokens",
 )
+
+
+# Safe to change, except where the schedule decays to its floor at the update the Trainer
+# estimates from them (optimizer.schedule cosine or linear, optimizer.total_steps null).
+RUN_LENGTH = ("trainer.max_steps", "trainer.max_epochs")
 
 
 class CheckpointError(RuntimeError):
@@ -273,7 +280,8 @@ def check_config(
 
     Raises:
         CheckpointError: keys that differ and are neither in :data:`SAFE_TO_CHANGE` nor allowed,
-            each with both values.
+            each with both values; :data:`RUN_LENGTH` counts as a change where a decaying
+            schedule's end is taken from it.
     """
     if saved is None:
         logger.warning(
@@ -286,7 +294,11 @@ def check_config(
         if key in default and default[key] == new[key]:
             old[key] = new[key]  # added since the checkpoint, at the value that computes as before
     changed = sorted(k for k in old.keys() | new.keys() if old.get(k, _MISSING) != new.get(k, _MISSING))
-    changed = [k for k in changed if not _covered(k, SAFE_TO_CHANGE)]
+    safe = SAFE_TO_CHANGE
+    optimizer = current.get("optimizer") or {}
+    if optimizer.get("schedule") in NEEDS_TOTAL and optimizer.get("total_steps") is None:
+        safe = tuple(k for k in safe if k not in RUN_LENGTH)  # they set where the decay ends
+    changed = [k for k in changed if not _covered(k, safe)]
     said = {
         k: f"{k}: {old.get(k, _MISSING)!r} in the checkpoint, {new.get(k, _MISSING)!r} now" for k in changed
     }

@@ -1,8 +1,23 @@
-"""Inverse-square-root learning-rate schedule with linear warmup (paper, section 5.3)."""
+"""Learning-rate schedules: multipliers of the peak rate by update, each with a linear warmup.
+
+- ``inverse_sqrt`` (the paper's, section 5.3; the default): rises linearly to 1 at
+  ``warmup_steps``, then decays as sqrt(warmup_steps / step); needs no run length.
+- ``cosine`` (Loshchilov & Hutter's SGDR without restarts): after warmup, half a cosine from 1
+  down to ``min_ratio`` at ``total_steps``.
+- ``linear`` (BERT's, fairseq's ``polynomial_decay`` of power 1): after warmup, a straight line
+  from 1 down to ``min_ratio`` at ``total_steps``.
+
+Update ``step`` counts from 1 (the first update takes ``factor(1)``); past ``total_steps`` the
+decaying schedules stay at ``min_ratio``.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+
+# The schedules that decay to a floor at a known update: they need the run's length.
+NEEDS_TOTAL = ("cosine", "linear")
 
 
 def inverse_sqrt_factor(step: int, warmup_steps: int) -> float:
@@ -15,3 +30,64 @@ def inverse_sqrt_factor(step: int, warmup_steps: int) -> float:
     if warmup_steps <= 0:
         return 1.0
     return min(step / warmup_steps, math.sqrt(warmup_steps / step))
+
+
+def _warmup(step: int, warmup_steps: int) -> float | None:
+    """The warmup's multiplier, step / warmup_steps (0 at step 0), or None once warmup is over."""
+    return step / warmup_steps if step < warmup_steps else None
+
+
+def _progress(step: int, warmup_steps: int, total_steps: int) -> float:
+    """How far the decay after warmup has gone: 0 at ``warmup_steps``, 1 at ``total_steps`` and after."""
+    return min(1.0, (step - warmup_steps) / max(total_steps - warmup_steps, 1))
+
+
+def cosine_factor(step: int, warmup_steps: int, total_steps: int, min_ratio: float = 0.0) -> float:
+    """Linear warmup to 1, then min_ratio + (1 - min_ratio) * (1 + cos(pi * progress)) / 2."""
+    rising = _warmup(step, warmup_steps)
+    if rising is not None:
+        return rising
+    progress = _progress(step, warmup_steps, total_steps)
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def linear_factor(step: int, warmup_steps: int, total_steps: int, min_ratio: float = 0.0) -> float:
+    """Linear warmup to 1, then 1 - (1 - min_ratio) * progress: a line down to ``min_ratio``."""
+    rising = _warmup(step, warmup_steps)
+    if rising is not None:
+        return rising
+    return 1.0 - (1.0 - min_ratio) * _progress(step, warmup_steps, total_steps)
+
+
+SCHEDULES = ("inverse_sqrt", *NEEDS_TOTAL)
+
+
+def schedule_factor(
+    name: str, warmup_steps: int, total_steps: int | None = None, min_ratio: float = 0.0
+) -> Callable[[int], float]:
+    """The multiplier of update ``step`` (from 1) under schedule ``name``, as a function of ``step``.
+
+    Args:
+        name: ``inverse_sqrt``, ``cosine`` or ``linear``.
+        warmup_steps: updates of the linear warmup.
+        total_steps: the update at which ``cosine`` and ``linear`` reach ``min_ratio``; unused by
+            ``inverse_sqrt``.
+        min_ratio: the floor of ``cosine`` and ``linear``, a fraction of the peak.
+
+    Raises:
+        ValueError: an unknown name, or a decaying schedule without a ``total_steps`` past the
+            warmup, naming the settings.
+    """
+    if name == "inverse_sqrt":
+        return lambda step: inverse_sqrt_factor(step, warmup_steps)
+    if name not in NEEDS_TOTAL:
+        raise ValueError(f"optimizer.schedule={name!r} is not one of {', '.join(SCHEDULES)}")
+    if total_steps is None or total_steps <= warmup_steps:
+        raise ValueError(
+            f"optimizer.schedule={name} decays to its floor at optimizer.total_steps updates, which must "
+            f"exceed optimizer.warmup_steps={warmup_steps}; got {total_steps}"
+        )
+    if not 0.0 <= min_ratio <= 1.0:
+        raise ValueError(f"optimizer.min_lr_ratio must be within [0, 1], not {min_ratio}")
+    factor = cosine_factor if name == "cosine" else linear_factor
+    return lambda step: factor(step, warmup_steps, total_steps, min_ratio)

@@ -5,7 +5,9 @@ A checkpoint is a Lightning-style dict written with ``torch.save`` and read back
 
 * ``"state_dict"``: the model's weights, keys prefixed ``"model."`` (the LightningModule holds the
   ``Transformer`` as ``self.model``); tied weights appear under each of their names. Other keys
-  (a loss module's buffers, ...) are ignored by inference.
+  (a loss module's buffers, ...) are ignored by inference. A run with ``ema.decay`` stores the
+  exponential moving average of its weights here, which is what it validated with and what a
+  translator gets (its training weights, for resuming, are under ``"ema"``: training/ema.py).
 * ``"hyper_parameters"``: plain containers; ``["model"]`` is ``TransformerConfig.to_dict()``.
 * ``"nmt"``: what inference needs besides the weights, built by :func:`inference_fields`::
 

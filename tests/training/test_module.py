@@ -136,6 +136,77 @@ def test_compiled_training_compiles_twice_across_sentence_lengths():
     torch._dynamo.reset()
 
 
+def _first_update_gradients(module: TranslationModule, batches: list[dict], accumulate: int) -> list:
+    """The gradients of the module's first update over ``batches`` (lr 0: the weights stay)."""
+    grads = []
+
+    class Record(L.Callback):
+        def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+            grads.extend(p.grad.clone() for p in pl_module.model.parameters())
+
+    trainer = L.Trainer(
+        max_steps=1, accelerator="cpu", accumulate_grad_batches=accumulate, gradient_clip_val=None,
+        callbacks=[Record()], logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    trainer.fit(module, train_dataloaders=DataLoader(batches, batch_size=None))
+    return grads
+
+
+def test_an_update_normalised_by_its_tokens_has_the_gradient_of_its_batches_as_one():
+    """loss_normalization=update: two accumulated batches of 3 and 7 pairs (different token
+    counts) give the gradient of one batch holding all 10; the per-batch mean ("batch") does not."""
+    pairs = toy_pairs(10, seed=3)
+    tok = SubwordTokenizer(train_word_spm([s for pair in pairs for s in pair]))
+    src_ids, tgt_ids = (tok.encode([pair[side] for pair in pairs]) for side in (0, 1))
+    examples = [
+        {"id": i, "src_ids": s + [EOS_ID], "tgt_ids": t}
+        for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True))
+    ]
+    parts = [collate_batch(examples[:3]), collate_batch(examples[3:])]
+    whole = collate_batch(examples)
+
+    def grads(normalization: str, batches: list[dict], accumulate: int) -> list:
+        torch.manual_seed(0)
+        module = TranslationModule(
+            _tiny(tok.vocab_size), optimizer={"lr": 0.0, "warmup_steps": 1}, loss_normalization=normalization
+        )
+        return _first_update_gradients(module, batches, accumulate)
+
+    one = grads("update", [whole], 1)
+    assert one and all(g.abs().sum() > 0 for g in one[:3])
+    torch.testing.assert_close(grads("batch", [whole], 1), one)  # one batch: the two agree
+    for a, b in zip(grads("update", parts, 2), one, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+    averaged = grads("batch", parts, 2)
+    assert not all(torch.allclose(a, b, rtol=1e-3, atol=1e-6) for a, b in zip(averaged, one, strict=True))
+
+
+def test_under_ddp_the_update_is_normalised_by_every_ranks_tokens():
+    """Lightning divided by accumulate_grad_batches and DDP by the world size: both are multiplied
+    back, and the all-reduced (summed) count of every rank's tokens divides."""
+    from types import SimpleNamespace
+
+    module = TranslationModule(_tiny(12), loss_normalization="update")
+    reduced = []
+
+    def reduce(tensor, reduce_op):
+        reduced.append(reduce_op)
+        return tensor + 30  # the other rank's 30 tokens
+
+    module._trainer = SimpleNamespace(
+        strategy=SimpleNamespace(reduce=reduce), accumulate_grad_batches=3, world_size=2
+    )
+    for p in module.model.parameters():
+        p.grad = torch.ones_like(p)
+    module._update_tokens = 10
+    module._divide_gradients_by_update_tokens()
+    assert reduced == ["sum"] and module._update_tokens == 0
+    for p in module.model.parameters():
+        torch.testing.assert_close(p.grad, torch.full_like(p, 3 * 2 / 40))
+    module._trainer = None
+
+
 def test_fused_adam_is_clipped_under_bf16_autocast():
     """Lightning refuses to clip a fused optimizer under mixed precision (fp16's scaler would have
     to unscale first); bf16 has no scaler, and the module clips the gradients itself."""

@@ -234,3 +234,37 @@ def test_a_checkpoint_written_before_newer_settings_existed_resumes(toy, tmp_pat
     torch.save(saved, old)
     results = _run(toy, tmp_path / "resumed", [*common, "trainer.max_steps=4", f"ckpt_path={old}"])
     assert results["ending_update"] == 4
+
+
+@pytest.mark.parametrize("sampling", [[], ["data.spm_sampling_alpha=0.2"]], ids=["best", "sampled"])
+def test_an_ema_run_resumes_bit_exactly_and_its_checkpoints_hold_the_ema_for_translation(
+    toy, tmp_path, sampling
+):
+    """ema.decay: stopped at update 3 and resumed (across an epoch end, dropout on) == 6 straight:
+    the EMA, the training weights and the count of updates averaged, to the bit; also where each
+    batch's subwords are sampled (its draw seeded by the data seed, epoch and batch). The
+    checkpoint's state_dict, what translate.py loads, is the EMA; the training weights are kept
+    beside it."""
+    from translation.checkpoint import load_checkpoint
+
+    common = ["ema.decay=0.9", "checkpoint.every_n_updates=3", *sampling]
+    _run(toy, tmp_path / "straight", [*common, "trainer.max_steps=6"])
+    _run(toy, tmp_path / "stopped", [*common, "trainer.max_steps=3"])
+    ckpt = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
+    _run(toy, tmp_path / "resumed", [*common, "trainer.max_steps=6", f"ckpt_path={ckpt}"])
+    a = torch.load(tmp_path / "straight" / "checkpoints" / "last.ckpt", weights_only=True)
+    b = torch.load(ckpt, weights_only=True)  # the resumed run writes on into the run it resumes
+    assert a["global_step"] == b["global_step"] == 6
+    assert int(a["ema"]["n_averaged"]) == int(b["ema"]["n_averaged"]) == 6
+    for saved in ("state_dict", "training_weights"):
+        x = a[saved] if saved == "state_dict" else a["ema"][saved]
+        y = b[saved] if saved == "state_dict" else b["ema"][saved]
+        assert x.keys() == y.keys()
+        for name in x:
+            torch.testing.assert_close(y[name], x[name], rtol=0, atol=0, msg=f"{saved} {name}")
+    trained = a["ema"]["training_weights"]
+    assert set(trained) <= set(a["state_dict"])  # the parameters' keys, tied names too
+    assert any(not torch.equal(a["state_dict"][k], trained[k]) for k in trained)
+    model = load_checkpoint(tmp_path / "straight" / "checkpoints" / "last.ckpt").model
+    for name, p in model.named_parameters():
+        assert torch.equal(p, a["state_dict"][f"model.{name}"]), name  # the translator's is the EMA
