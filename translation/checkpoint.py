@@ -14,7 +14,10 @@ A checkpoint is a Lightning-style dict written with ``torch.save`` and read back
       {"format_version": 1, "src_lang": "de", "tgt_lang": "en",
        "src_spm": b"...",   # the serialized SentencePiece model
        "tgt_spm": None,     # or bytes; None: joint vocabulary, use src_spm
+       "target_tags": {},   # a model of several target languages: {"fr": "<2fr>", ...}
        "pad_id": 0, "unk_id": 1, "bos_id": 2, "eos_id": 3}
+
+  ``target_tags`` is optional: a checkpoint without it is a model of one target language.
 
 Lightning's own entries (``epoch``, ``optimizer_states``, ...) may be there too; inference does
 not read them. :func:`load_checkpoint` checks every step and raises :class:`CheckpointError` with

@@ -102,9 +102,10 @@ def test_gpu_configs_resolve_to_arguments_that_exist(overrides):
     """Every key resolves and is an argument of what it configures; the GPU settings are on."""
     cfg = OmegaConf.to_container(compose_config(overrides, Path("/tmp/run")), resolve=True)
     trainer, data, optimizer = cfg["trainer"], cfg["data"], cfg["optimizer"]
-    taken_out = {"_target_", "ddp_timeout"}  # train.py takes ddp_timeout out (training/ranks.py)
+    # train.py takes the DDP timeouts out (training/ranks.py); _convert_ is Hydra's.
+    taken_out = {"_target_", "_convert_", "ddp_timeout", "ddp_rendezvous_timeout"}
     assert set(trainer) - taken_out <= set(inspect.signature(L.Trainer.__init__).parameters)
-    assert set(data) - {"_target_"} <= set(inspect.signature(TranslationDataModule.__init__).parameters)
+    assert set(data) - taken_out <= set(inspect.signature(TranslationDataModule.__init__).parameters)
     assert set(optimizer) == set(DEFAULT_OPTIMIZER)
     TransformerConfig(src_vocab_size=100, tgt_vocab_size=100, **cfg["model"])
     assert (trainer["accelerator"], trainer["precision"]) == ("gpu", "auto")  # bf16 where native

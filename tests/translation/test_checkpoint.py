@@ -59,6 +59,7 @@ def test_checkpoint_follows_the_contract(good: Path, protos: dict[str, bytes]) -
         "tgt_lang": "en",
         "src_spm": protos["src"],
         "tgt_spm": protos["tgt"],
+        "target_tags": {},
         "pad_id": 0,
         "unk_id": 1,
         "bos_id": 2,
