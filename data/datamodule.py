@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader
 
 from data.arrow_pairs import StreamedColumn
 from data.batching import TokenBucketBatchSampler, TokenizedPairs, collate_columns, padding_fraction
-from data.corpora import parse_corpora, reserved_tags, target_tag
+from data.corpora import parse_corpora, parse_valid_sets, reserved_tags, target_tag, valid_split_key
 from data.corpus import MULTI30K_HUB_ID, SPLITS
 from data.mixing import CorpusMix
 from data.prepared import BAD_LINES, drop_long_pairs, prepare_corpus
@@ -130,10 +130,14 @@ class TranslationDataModule(L.LightningDataModule):
             logged by file and line (:func:`data.prepared.prepare_corpus`).
         corpora: the training corpora, mixed by weight, each a mapping of
             :class:`data.corpora.TrainingCorpus` fields; ``None`` or empty: the training split of
-            the corpus above. Validation and test are always the corpus above's.
+            the corpus above. The test split is always the corpus above's.
         target_lang_tags: put the target language's tag (``<2fr>``) before every source
             sentence, of every split, and reserve it in SentencePiece: one model for several
             target languages.
+        valid_sets: the validation sets, all validated at every validation, each a mapping of
+            :class:`data.corpora.ValidationSet` fields, served in this order as the validation
+            dataloaders (split keys ``"validation/<name>"``); ``None`` or empty: the corpus
+            above's ``valid_split`` alone (split key ``"validation"``).
     """
 
     def __init__(
@@ -169,6 +173,7 @@ class TranslationDataModule(L.LightningDataModule):
         bad_lines: str = "error",
         corpora: list[dict] | None = None,
         target_lang_tags: bool = False,
+        valid_sets: list[dict] | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -206,7 +211,10 @@ class TranslationDataModule(L.LightningDataModule):
         self.target_lang_tags = target_lang_tags
         self.listed = bool(corpora)  # an explicit list of training corpora
         self.corpora = parse_corpora(corpora, src_lang, tgt_lang, data_dir, hub_id, hub_config, train_split)
-        self.reserved = reserved_tags(self.corpora, target_lang_tags, tgt_lang)
+        self.valid_sets = parse_valid_sets(
+            valid_sets, src_lang, tgt_lang, data_dir, hub_id, hub_config, valid_split
+        )
+        self.reserved = reserved_tags([*self.corpora, *self.valid_sets], target_lang_tags, tgt_lang)
         self.corpus_summary: list[dict] = []  # per training corpus: pairs, weight, per epoch, tag
         self._mix: CorpusMix | None = None
 
@@ -260,14 +268,15 @@ class TranslationDataModule(L.LightningDataModule):
         seconds["sentencepiece"] = time.perf_counter() - tick
         tick = time.perf_counter()
         tokenized, lengths = {}, {}
-        for split in SPLITS:
+        for split in ["train", *self.validation_splits, "test"]:
             ds = tokenize_split(corpus[split], src_tok, tgt_tok, self.cache_dir, content_key=digests[split])
             tokenized[split] = ds
             lengths[split] = (_column(ds, "src_len"), _column(ds, "tgt_len"))
         seconds["tokenize"] = time.perf_counter() - tick
         src_len, tgt_len = lengths["train"]
         keep = np.flatnonzero(np.maximum(src_len, tgt_len) <= self.max_len)
-        self._served = {split: TokenizedPairs(tokenized[split]) for split in ("validation", "test")}
+        evaluated = [*self.validation_splits, "test"]
+        self._served = {split: TokenizedPairs(tokenized[split]) for split in evaluated}
         if self.spm_sampling_alpha is None:
             self._served["train"] = TokenizedPairs(tokenized["train"], keep)
         else:  # the raw text, encoded afresh for each batch; the tokenized lengths plan the batches
@@ -284,7 +293,7 @@ class TranslationDataModule(L.LightningDataModule):
         tokenized["train"] = drop_long_pairs(tokenized["train"], src_len, tgt_len, self.max_len, "train")
         lengths["train"] = (src_len[keep], tgt_len[keep])
         self._mix_corpora(np.repeat(np.arange(len(sizes)), sizes)[keep], *lengths["train"])
-        for split in ("validation", "test"):
+        for split in evaluated:
             n_long = int((np.maximum(*lengths[split]) > self.max_len).sum())
             if n_long:
                 logger.warning(
@@ -303,21 +312,30 @@ class TranslationDataModule(L.LightningDataModule):
     def _read_corpora(
         self, seconds: dict[str, float]
     ) -> tuple[datasets.DatasetDict, dict[str, str], list[int]]:
-        """The splits (train: every training corpus's pairs, in ``self.corpora`` order), their
-        content digests, and each training corpus's number of pairs."""
+        """The splits (train: every training corpus's pairs, in ``self.corpora`` order; each of
+        :attr:`validation_splits`; test), their content digests, and each training corpus's number
+        of pairs."""
         main_prefix = target_tag(self.tgt_lang) + " " if self.target_lang_tags else ""
         common = {
             "fallback_hub_id": self.fallback_hub_id,
             "cache_dir": self.cache_dir,
             "bad_lines": self.bad_lines,
         }
+        # The main corpus gives what no list replaces: its training split unless data.corpora lists
+        # the training corpora, its validation split unless data.valid_sets lists the validation
+        # sets (it need not exist then), and always the test split.
+        main_splits = [
+            split
+            for split, replaced in zip(SPLITS, (self.listed, bool(self.valid_sets), False), strict=True)
+            if not replaced
+        ]
         main = prepare_corpus(
             self.src_lang,
             self.tgt_lang,
             data_dir=self.data_dir,
             hub_id=self.hub_id,
             hub_config=self.hub_config,
-            which_splits=("validation", "test") if self.listed else SPLITS,
+            which_splits=main_splits,
             src_prefix=main_prefix,
             **common,
             **self.split_names,
@@ -338,7 +356,21 @@ class TranslationDataModule(L.LightningDataModule):
                 )
                 for c in self.corpora
             ]
-        for part in {id(p): p for p in [main, *parts]}.values():
+        valid = [
+            prepare_corpus(
+                v.src_lang,
+                v.tgt_lang,
+                data_dir=v.data_dir,
+                hub_id=v.hub_id,
+                hub_config=v.hub_config,
+                valid_split=v.split,
+                which_splits=("validation",),
+                src_prefix=v.source_prefix(self.target_lang_tags),
+                **common,
+            )
+            for v in self.valid_sets
+        ]
+        for part in {id(p): p for p in [main, *parts, *valid]}.values():
             for stage, value in part.seconds.items():
                 seconds[stage] = seconds.get(stage, 0.0) + value
         splits, digests = dict(main.splits), dict(main.digests)
@@ -348,6 +380,9 @@ class TranslationDataModule(L.LightningDataModule):
                 f"{c.name}:{p.digests['train']}" for c, p in zip(self.corpora, parts, strict=True)
             )
             digests["train"] = hashlib.sha256(joined.encode()).hexdigest()
+        for v, prepared in zip(self.valid_sets, valid, strict=True):
+            splits[v.split_key] = prepared.splits["validation"]
+            digests[v.split_key] = prepared.digests["validation"]
         return datasets.DatasetDict(splits), digests, [len(p.splits["train"]) for p in parts]
 
     def _mix_corpora(self, corpus_of: np.ndarray, src_len: np.ndarray, tgt_len: np.ndarray) -> None:
@@ -400,11 +435,22 @@ class TranslationDataModule(L.LightningDataModule):
     # --------------------------------------------------------------- accessors
 
     @property
+    def validation_splits(self) -> list[str]:
+        """The split keys validated, in the order of :meth:`val_dataloader`'s loaders:
+        ``["validation/<name>", ...]`` for ``valid_sets``, else ``["validation"]``."""
+        return [v.split_key for v in self.valid_sets] or [valid_split_key(None)]
+
+    @property
+    def valid_set_names(self) -> list[str]:
+        """The names of ``valid_sets`` in loader order; [] where the main validation split alone is."""
+        return [v.name for v in self.valid_sets]
+
+    @property
     def target_tags(self) -> dict[str, str]:
         """With ``target_lang_tags``: each target language's source tag (``{"fr": "<2fr>"}``), else {}."""
         if not self.target_lang_tags:
             return {}
-        langs = [c.tgt_lang for c in self.corpora] + [self.tgt_lang]
+        langs = [c.tgt_lang for c in [*self.corpora, *self.valid_sets]] + [self.tgt_lang]
         return {lang: target_tag(lang) for lang in sorted(set(langs))}
 
     @property
@@ -425,16 +471,19 @@ class TranslationDataModule(L.LightningDataModule):
         return None if self.run_dir is None else Path(self.run_dir) / "tokenizer"
 
     def source_texts(self, split: str) -> list[str]:
-        """Raw source sentences of ``"validation"`` or ``"test"``; item ``i`` has ``id == i``."""
+        """Raw source sentences of one of :attr:`validation_splits` or ``"test"``; item ``i`` has
+        ``id == i``."""
         return self._raw_column(split, "src")
 
     def reference_texts(self, split: str) -> list[str]:
-        """Raw target sentences (references) of ``"validation"`` or ``"test"``, indexed by id."""
+        """Raw target sentences (references) of one of :attr:`validation_splits` or ``"test"``,
+        indexed by id."""
         return self._raw_column(split, "tgt")
 
     def _raw_column(self, split: str, column: str) -> list[str]:
-        if split not in ("validation", "test"):
-            raise ValueError(f"texts by id exist for 'validation' and 'test', not {split!r}")
+        evaluated = [*self.validation_splits, "test"]
+        if split not in evaluated:
+            raise ValueError(f"texts by id exist for {', '.join(map(repr, evaluated))}, not {split!r}")
         assert self.corpus is not None, "call setup() first"
         return list(self.corpus[split][column])
 
@@ -500,9 +549,12 @@ class TranslationDataModule(L.LightningDataModule):
         self._train_sampler = sampler
         return self._loader("train", sampler)
 
-    def val_dataloader(self) -> DataLoader:
-        """Validation batches in a fixed order (sorted by length), split across ranks."""
-        return self._loader("validation", self.batch_sampler("validation", *self._world()))
+    def val_dataloader(self) -> DataLoader | list[DataLoader]:
+        """Validation batches in a fixed order (sorted by length), split across ranks: one loader
+        for the main validation split, or a list of one per validation set, in
+        :attr:`validation_splits` order (Lightning's ``dataloader_idx``)."""
+        loaders = [self._loader(s, self.batch_sampler(s, *self._world())) for s in self.validation_splits]
+        return loaders if self.valid_sets else loaders[0]
 
     def test_dataloader(self) -> DataLoader:
         """Test batches in a fixed order (sorted by length), split across ranks."""

@@ -2,6 +2,8 @@
 
 * ``training.module``: ``TranslationModule`` (loss, optimisation, validation BLEU, test search).
 * ``training.pipeline``: ``train(cfg)``, what ``python train.py`` does with the composed config.
+* ``training.selection``: the validation metric (of which validation set) that chooses the best
+  checkpoint and drives early stopping.
 * ``training.schedule``: the inverse-square-root learning-rate schedule.
 * ``training.averaging``: averaging the last epoch checkpoints.
 * ``training.plots``: ``learning_curve.png``.

@@ -1,8 +1,9 @@
 """Each validation's cross-attention of one fixed validation sentence, as an image in the loggers.
 
-The first validation sentence is translated greedily by the model as it is at that validation,
-and its last decoder layer's cross-attention (heads averaged) is drawn as in translate.py's
-``--attention-dir``, so a run's IMAGES tab in TensorBoard shows the alignment forming.
+The first validation sentence (of the first validation set) is translated greedily by the model
+as it is at that validation, and its last decoder layer's cross-attention (heads averaged) is
+drawn as in translate.py's ``--attention-dir``, so a run's IMAGES tab in TensorBoard shows the
+alignment forming.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class AttentionImage(Callback):
         if trainer.sanity_checking or not trainer.is_global_zero:
             return
         datamodule = trainer.datamodule
-        text = datamodule.source_texts("validation")[self.index]
+        text = datamodule.source_texts(datamodule.validation_splits[0])[self.index]
         src_ids = datamodule.src_tokenizer.encode([text])[0]
         model, d = pl_module.model, pl_module.decoding
         src = torch.tensor([src_ids + [pl_module.eos_id]], device=pl_module.device)  # (1, S)

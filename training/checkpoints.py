@@ -1,13 +1,14 @@
 """Which checkpoints a run keeps, and when it validates: at epoch ends, or every N updates.
 
 Epoch-based (``checkpoint.every_n_updates: null``, the default and the Multi30k recipe's):
-validation after every epoch; ``best-epoch*`` (by validation BLEU), ``last.ckpt`` and, with
+validation after every epoch; ``best-epoch*`` (by the selection metric, validation BLEU by
+default: :mod:`training.selection`), ``last.ckpt`` and, with
 ``average_last`` > 1, the last ``average_last`` ``epoch*.ckpt``.
 
 Update-based (fairseq's ``--validate-interval-updates`` / ``--save-interval-updates``): every
 ``every_n_updates`` optimizer updates, across epoch boundaries, the run validates, then writes
 ``update*.ckpt`` and ``last.ckpt`` (the last ``keep_last`` of the ``update*`` kept) and
-``best-step*``, the best by validation BLEU. ``average_last`` averages the newest of the kept
+``best-step*``, the best by the selection metric. ``average_last`` averages the newest of the kept
 update checkpoints.
 
 The update checkpoints are written after their validation, as fairseq does, so that they hold
@@ -25,13 +26,15 @@ from typing import Any
 
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from training.selection import DEFAULT_SELECTION, Selection
+
 
 @dataclass(frozen=True)
 class CheckpointPlan:
     """The checkpoint callbacks of a run and the Trainer arguments that set its validation.
 
     Attributes:
-        best: keeps the best checkpoint by ``val/bleu``.
+        best: keeps the best checkpoint by the selection metric (``val/bleu`` by default).
         recent: keeps the newest epoch or update checkpoints (at least the newest one).
         last: the callback that writes ``last.ckpt``.
         trainer_args: ``val_check_interval`` / ``check_val_every_n_epoch`` for update-based runs.
@@ -63,6 +66,7 @@ def plan_checkpoints(
     average_last: int,
     accumulate_grad_batches: int = 1,
     validates: bool = True,
+    selection: Selection = DEFAULT_SELECTION,
 ) -> CheckpointPlan:
     """The checkpoints and validation schedule of a run.
 
@@ -74,6 +78,9 @@ def plan_checkpoints(
         accumulate_grad_batches: batches per update (validation is scheduled in batches).
         validates: whether the run validates at all; if not, update checkpoints are written at
             the end of their update rather than after a validation.
+        selection: the metric, and its direction, by which the best checkpoint is kept; its name
+            and value go into the file name (``best-epoch003-bleu31.20.ckpt``,
+            ``best-step00004000-old-loss1.8731.ckpt``).
 
     Raises:
         ValueError: a setting out of range, named.
@@ -81,9 +88,9 @@ def plan_checkpoints(
     if every_n_updates is None:
         best = ModelCheckpoint(
             dirpath=ckpt_dir,
-            filename="best-epoch{epoch:03d}-bleu{val/bleu:.2f}",
-            monitor="val/bleu",
-            mode="max",
+            filename=selection.filename("epoch{epoch:03d}"),
+            monitor=selection.monitor,
+            mode=selection.mode,
             save_top_k=1,
             auto_insert_metric_name=False,
         )
@@ -124,9 +131,9 @@ def plan_checkpoints(
     )
     best = ModelCheckpoint(
         dirpath=ckpt_dir,
-        filename="best-step{step:08d}-bleu{val/bleu:.2f}",
-        monitor="val/bleu",
-        mode="max",
+        filename=selection.filename("step{step:08d}"),
+        monitor=selection.monitor,
+        mode=selection.mode,
         save_top_k=1,
         save_on_train_epoch_end=False,
         auto_insert_metric_name=False,

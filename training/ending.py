@@ -3,7 +3,7 @@
 ``results.json`` gets three keys from :meth:`Ending.as_results`:
 
 - ``ending``: ``"finished"`` (the step or epoch limit reached), ``"stopped early"`` (early
-  stopping on validation BLEU, or ``trainer.max_time``), ``"preempted"`` (SIGTERM or SIGUSR1,
+  stopping on the selection metric, or ``trainer.max_time``), ``"preempted"`` (SIGTERM or SIGUSR1,
   :mod:`training.preemption`) or ``"failed"`` (an exception);
 - ``ending_update``: the optimizer updates made when the run ended (``trainer.global_step``);
 - ``ending_detail``: why, in one line: the limit, the early-stopping message, the signal and the

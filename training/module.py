@@ -23,12 +23,14 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from data.corpora import valid_split_key
 from data.tokenizer import SPECIAL_IDS
 from training.loss import token_cross_entropy
 from training.memory import peak_resident_mib, release_free_memory, resident_mib
 from training.nonfinite import NonFiniteGuard, total_grad_norm
 from training.optimizer import OPTIMIZERS, build_optimizer, group_weight_decay
 from training.schedule import NEEDS_TOTAL, SCHEDULES, schedule_factor
+from training.selection import metric_prefix
 from transformer import Transformer, TransformerConfig
 from transformer.search import DecodingConfig, beam_search, greedy_search
 from translation.metrics import CorpusScores, corpus_scores
@@ -241,7 +243,9 @@ class TranslationModule(L.LightningModule):
         self.pad_id, self.bos_id, self.eos_id = (special_ids[k] for k in ("pad_id", "bos_id", "eos_id"))
         self.output_dir: str | None = None  # where the test stage writes its translations
         self.test_scores: CorpusScores | None = None
-        self._eval_records: list[tuple[int, float, int, list[int]]] = []
+        # Per split evaluated (each validation set's, or "test"), this rank's (example id, summed
+        # NLL, target tokens, output ids).
+        self._eval_records: dict[str, list[tuple[int, float, int, list[int]]]] = {}
         self._last_batch_end: float | None = None
         self.compile_options = compile_options(compile)
         self._compiled_losses = None  # torch.compile(token_losses), made on first training use
@@ -456,11 +460,12 @@ class TranslationModule(L.LightningModule):
         )
         return [h[0].tokens for h in hyps]
 
-    def _eval_step(self, batch: dict[str, Tensor], beam_size: int) -> None:
+    def _eval_step(self, batch: dict[str, Tensor], beam_size: int, split: str) -> None:
         nll, n_tokens = self.loss(batch, label_smoothing=0.0)
         outputs = self._decode(batch["src"], beam_size)
+        records = self._eval_records.setdefault(split, [])
         for i, id_ in enumerate(batch["ids"].tolist()):
-            self._eval_records.append((id_, float(nll[i]), int(n_tokens[i]), outputs[i]))
+            records.append((id_, float(nll[i]), int(n_tokens[i]), outputs[i]))
 
     def on_validation_end(self) -> None:
         # After the epoch's checkpoint (callbacks' hooks run first): what validation held, and the
@@ -471,21 +476,25 @@ class TranslationModule(L.LightningModule):
         release_free_memory()  # training's and averaging's freed memory, before the search
 
     def on_validation_epoch_start(self) -> None:
-        self._eval_records = []
+        self._eval_records = {}
 
-    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, self.decoding.valid_beam_size)
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+        # One loader per validation set, in the data module's order of their splits.
+        split = self.trainer.datamodule.validation_splits[dataloader_idx]
+        self._eval_step(batch, self.decoding.valid_beam_size, split)
 
     def on_test_epoch_start(self) -> None:
-        self._eval_records = []
+        self._eval_records = {}
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, self.decoding.beam_size)
+        self._eval_step(batch, self.decoding.beam_size, "test")
 
     def _score(self, split: str) -> tuple[CorpusScores, float, list[str]]:
-        """Gathers every rank's outputs by example id (once each) and scores the whole split."""
-        by_id = {rec[0]: rec for rec in gather_objects(self._eval_records)}  # drops sampler repeats
-        self._eval_records = []
+        """Gathers every rank's outputs of ``split`` by example id (once each) and scores the whole
+        split. Every rank calls it for every split evaluated, in the same order, records or not:
+        the gather is collective."""
+        records = self._eval_records.pop(split, [])
+        by_id = {rec[0]: rec for rec in gather_objects(records)}  # drops sampler repeats
         datamodule = self.trainer.datamodule
         references = datamodule.reference_texts(split)
         ids = sorted(by_id)
@@ -500,28 +509,51 @@ class TranslationModule(L.LightningModule):
         return corpus_scores(hypotheses, [references[i] for i in ids]), nll, hypotheses
 
     def on_validation_epoch_end(self) -> None:
+        """Scores and logs each validation set: ``val/bleu``, ``val/chrf``, ``val/loss``, ``val/ppl``
+        for the main validation split, ``val/<name>/bleu`` and the rest for each of
+        ``data.valid_sets`` (training/selection.py)."""
         if self.trainer.sanity_checking:
-            self._eval_records = []
+            self._eval_records = {}
             return
-        scores, nll, _ = self._score("validation")
-        ppl = float(torch.tensor(nll).exp())
-        metrics = {"val/loss": nll, "val/ppl": ppl, "val/bleu": scores.bleu, "val/chrf": scores.chrf}
-        self.log_dict(metrics, prog_bar=True, sync_dist=False, rank_zero_only=False)
+        names = self.trainer.datamodule.valid_set_names or [None]
+        said = []
+        for name in names:
+            scores, nll, _ = self._score(valid_split_key(name))
+            ppl = float(torch.tensor(nll).exp())
+            prefix = metric_prefix(name)
+            metrics = {"loss": nll, "ppl": ppl, "bleu": scores.bleu, "chrf": scores.chrf}
+            for metric, value in metrics.items():
+                # The main split's four in the progress bar, as always; of several sets, their BLEU.
+                shown = name is None or metric == "bleu"
+                # add_dataloader_idx=False: the names say the set (Lightning would append
+                # /dataloader_idx_<i> to what is logged while a loader's index is current).
+                self.log(
+                    prefix + metric,
+                    value,
+                    prog_bar=shown,
+                    sync_dist=False,
+                    rank_zero_only=False,
+                    add_dataloader_idx=False,
+                )
+            said.append(("" if name is None else f" {name}", nll, ppl, scores))
         # Where a run's memory goes, validation by validation (results.json has the run's peak).
         memory = {"memory/resident_mib": resident_mib(), "memory/peak_resident_mib": peak_resident_mib()}
-        self.log_dict(memory, sync_dist=False, rank_zero_only=False)
-        if self.trainer.is_global_zero:
+        self.log_dict(memory, sync_dist=False, rank_zero_only=False, add_dataloader_idx=False)
+        if not self.trainer.is_global_zero:
+            return
+        mib = memory["memory/resident_mib"], memory["memory/peak_resident_mib"]
+        resident = f"; resident {mib[0]:.0f} MiB, peak {mib[1]:.0f}"
+        for i, (label, nll, ppl, scores) in enumerate(said):
             logger.info(
-                "epoch %d validation: loss %.4f ppl %.2f BLEU %.2f chrF %.2f  (%s); "
-                "resident %.0f MiB, peak %.0f",
+                "epoch %d validation%s: loss %.4f ppl %.2f BLEU %.2f chrF %.2f  (%s)%s",
                 self.current_epoch,
+                label,
                 nll,
                 ppl,
                 scores.bleu,
                 scores.chrf,
                 scores.bleu_signature,
-                memory["memory/resident_mib"],
-                memory["memory/peak_resident_mib"],
+                resident if i == len(said) - 1 else "",  # the memory once, after the last set
             )
 
     def on_test_epoch_end(self) -> None:

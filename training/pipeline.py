@@ -24,6 +24,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from data.atomic import atomic_write
+from data.corpora import parse_valid_sets
 from data.corpus import PROJECT_ROOT
 from training.attention_image import AttentionImage
 from training.averaging import average_checkpoints
@@ -54,6 +55,7 @@ from training.resume import (
     metrics_before,
     resume_point,
 )
+from training.selection import DEFAULT_SELECTION, Selection, choose_selection, metric_prefix
 from transformer.mechanisms import AttentionConfig
 
 logger = logging.getLogger(__name__)
@@ -197,13 +199,16 @@ def make_loggers(cfg: DictConfig, output_dir: Path, resume: ResumePoint | None =
     return [*loggers, instantiate(chosen)]
 
 
-def early_stopping(patience: int, min_delta: float) -> EarlyStopping:
-    """Stops when validation BLEU has not risen by more than ``min_delta`` in ``patience`` validations."""
+def early_stopping(
+    patience: int, min_delta: float, selection: Selection = DEFAULT_SELECTION
+) -> EarlyStopping:
+    """Stops when the selection metric (validation BLEU by default) has not improved by more than
+    ``min_delta`` in ``patience`` validations."""
     if patience < 1:
         raise ValueError(f"early_stopping.patience must be null (off) or at least 1, not {patience}")
     return EarlyStopping(
-        monitor="val/bleu",
-        mode="max",
+        monitor=selection.monitor,
+        mode=selection.mode,
         patience=patience,
         min_delta=min_delta,
         check_on_train_epoch_end=False,  # judged at every validation, also mid-epoch ones
@@ -218,12 +223,18 @@ class RunRecord:
         output_dir: the run directory.
         trainer: the run's Trainer once made (its metrics and update go into the file).
         fields: the precision chosen and why, once chosen.
+        valid_set_names: the names of ``data.valid_sets``; each one's last validation is grouped
+            under ``valid_sets`` in the file.
     """
+
+    # What each validation set's entry under ``valid_sets`` holds.
+    VALID_SET_METRICS = ("bleu", "chrf", "loss", "ppl")
 
     def __init__(self, output_dir: Path) -> None:
         self.output_dir = output_dir
         self.trainer: L.Trainer | None = None
         self.fields: dict[str, Any] = {}
+        self.valid_set_names: list[str] = []
 
     def metrics(self) -> dict[str, Any]:
         """The trainer's latest metrics (validation, test) as floats; none before training."""
@@ -234,6 +245,11 @@ class RunRecord:
     def write(self, results: dict[str, Any], ending: Ending) -> dict[str, Any]:
         """Writes ``results.json`` (rank zero only) with the ending; returns what was written."""
         results = {**results, **self.fields, **ending.as_results(), "peak_resident_mib": peak_resident_mib()}
+        if self.valid_set_names:  # each set's last validation, by name (also flat, as val/<name>/bleu)
+            results["valid_sets"] = {
+                name: {m: results.get(metric_prefix(name) + m) for m in self.VALID_SET_METRICS}
+                for name in self.valid_set_names
+            }
         if rank_zero_only.rank == 0:
             text = json.dumps(results, indent=2, sort_keys=True) + "\n"
             with atomic_write(self.output_dir / "results.json") as f:  # a reader never sees half of it
@@ -287,11 +303,37 @@ def _init_point(cfg: DictConfig, output_dir: Path) -> InitPoint | None:
     return init
 
 
+def _selection(cfg: DictConfig) -> tuple[Selection, list[str]]:
+    """The metric that chooses the best checkpoint and drives early stopping, and the names of
+    ``data.valid_sets``, checked from the config alone (training/selection.py).
+
+    Raises:
+        ValueError: a bad ``data.valid_sets`` entry, ``checkpoint.metric`` or
+            ``checkpoint.select_on``, naming the key.
+    """
+    data = cfg.data
+    sets = parse_valid_sets(
+        _to_plain_dict(data.valid_sets) if data.get("valid_sets") else None,
+        data.src_lang,
+        data.tgt_lang,
+        data.get("data_dir"),
+        data.get("hub_id"),
+        data.get("hub_config"),
+        data.get("valid_split", "val"),
+    )
+    names = [s.name for s in sets]
+    checkpoint = cfg.checkpoint
+    return choose_selection(str(checkpoint.get("metric", "bleu")), checkpoint.get("select_on"), names), names
+
+
 def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, Any]:
     # The attention mechanisms are checked before anything is written or the data prepared: a role
     # a mechanism cannot do is refused at once, naming it (transformer/mechanisms.py).
     attention = AttentionConfig.from_dict(_to_plain_dict(cfg.model.get("attention") or DictConfig({})))
     attention.check_dropout(cfg.model.get("attention_dropout", 0.0))
+    # So are the validation sets and the metric that selects among checkpoints.
+    selection, record.valid_set_names = _selection(cfg)
+    record.fields.update(selected_by=selection.monitor)
     precision = resolve_precision(cfg)
     record.fields.update(precision=precision.precision, precision_reason=precision.reason)
     # Fine-tuning: the checkpoint is read, and the config checked against its model, before anything
@@ -370,6 +412,7 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
         average_last=int(cfg.average_last),
         accumulate_grad_batches=int(cfg.trainer.get("accumulate_grad_batches", 1)),
         validates=cfg.trainer.get("limit_val_batches", 1.0) not in (0, 0.0),
+        selection=selection,
     )
     callbacks: list[Callback] = [
         *plan.callbacks,
@@ -394,7 +437,7 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
         callbacks.append(ExponentialMovingAverage(float(ema.decay)))
     stopping = cfg.early_stopping
     if stopping.patience is not None:
-        callbacks.append(early_stopping(int(stopping.patience), float(stopping.min_delta)))
+        callbacks.append(early_stopping(int(stopping.patience), float(stopping.min_delta), selection))
     if cfg.train and cfg.trainer.get("max_time"):
         max_time = cfg.trainer.max_time
         budget_s = max_time_seconds(max_time if isinstance(max_time, str) else _to_plain_dict(max_time))

@@ -1,5 +1,6 @@
 """Several training corpora in one run: mixed by weight, tagged sources whose tags stay one
-SentencePiece piece, target-language tags for one model of several languages; bad entries named."""
+SentencePiece piece, target-language tags for one model of several languages; validation sets of
+their own places, languages and tags; bad entries named."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data.corpora import TrainingCorpus, parse_corpora, target_tag
+from data.corpora import TrainingCorpus, ValidationSet, parse_corpora, parse_valid_sets, target_tag
 from data.datamodule import TranslationDataModule
 from data.tokenizer import SpmModelError, load_run_tokenizers
 from tests.toy_text import make_pairs, write_split
@@ -130,3 +131,58 @@ def test_an_entry_takes_the_main_corpus_settings_it_does_not_give():
     assert inherited == TrainingCorpus("clean", "/main", None, None, "train", "de", "fr", 1.0, None)
     assert own.source_prefix(target_lang_tags=True) == "<2en> <BT> "
     assert target_tag("fr") == "<2fr>"
+
+
+def test_validation_sets_replace_the_main_validation_split_each_with_its_languages_and_tags(tmp_path):
+    # main en->de without a validation split; the sets: its own domain's (en->de) and an en->fr one
+    main = _write(tmp_path / "en_de", {"train": 200, "test": 10}, seed=1, langs=("en", "de"))
+    fr = _write(tmp_path / "fr", {"train": 200, "dev": 7}, seed=5, langs=("en", "fr"))
+    new = _write(tmp_path / "new", {"val": 9}, seed=8, langs=("en", "de"))
+    corpora = [{"name": "en-de"}, {"name": "en-fr", "data_dir": str(fr), "tgt_lang": "fr"}]
+    valid_sets = [
+        {"name": "new", "data_dir": str(new), "tag": "<new>"},
+        {"name": "fr", "data_dir": str(fr), "split": "dev", "tgt_lang": "fr"},
+    ]
+    args = {"src_lang": "en", "tgt_lang": "de", "corpora": corpora, "target_lang_tags": True}
+    dm = _datamodule(tmp_path, data_dir=str(main), valid_sets=valid_sets, **args)
+    assert dm.validation_splits == ["validation/new", "validation/fr"]
+    assert dm.valid_set_names == ["new", "fr"]
+    dm.setup("fit")
+    assert "validation" not in dm.corpus  # not read: the sets replace it
+    assert all(s.startswith("<2de> <new> ") for s in dm.source_texts("validation/new"))
+    assert all(s.startswith("<2fr> ") for s in dm.source_texts("validation/fr"))
+    assert dm.reference_texts("validation/fr") == [t for _, t in make_pairs(7, 6, 2, 6, period=False)]
+    assert dm.reserved == ["<new>", "<2de>", "<2fr>"]
+    assert [p for p in dm.src_tokenizer.pieces("<new>") if p != "\u2581"] == ["<new>"]
+    loaders = dm.val_dataloader()
+    served = [sorted(i for batch in loader for i in batch["ids"].tolist()) for loader in loaders]
+    assert served == [list(range(9)), list(range(7))]
+    with pytest.raises(ValueError, match="texts by id exist for 'validation/new', 'validation/fr', 'test'"):
+        dm.source_texts("validation")
+    default = _datamodule(tmp_path / "default")
+    assert default.validation_splits == ["validation"] and default.valid_set_names == []
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"name": "b", "splt": "dev"}, r"data.valid_sets\[1\].splt is not a setting of a validation set"),
+        ({"split": "dev"}, r"data.valid_sets\[1\].name is missing"),
+        ({"name": "a"}, r"data.valid_sets\[1\].name 'a' is used twice"),
+        ({"name": "a/b"}, r"data.valid_sets\[1\].name 'a/b' must be letters, digits"),
+        ({"name": "b", "weight": 2}, r"data.valid_sets\[1\].weight is not a setting of a validation set"),
+        ({"name": "b", "tag": "<B T>"}, r"data.valid_sets\[1\].tag must be one word"),
+    ],
+)
+def test_a_bad_validation_set_entry_is_refused_naming_it(entry, message):
+    with pytest.raises(ValueError, match=message):
+        parse_valid_sets([{"name": "a"}, entry], "de", "en", "/d", None, None, "val")
+
+
+def test_a_validation_set_takes_the_main_corpus_settings_it_does_not_give():
+    entries = [{"name": "old", "data_dir": "/old", "split": "dev", "tag": "<old>"}, {"name": "main"}]
+    [own, inherited] = parse_valid_sets(entries, "de", "en", "/main", None, None, "val")
+    assert own == ValidationSet("old", "/old", None, None, "dev", "de", "en", "<old>")
+    assert inherited == ValidationSet("main", "/main", None, None, "val", "de", "en", None)
+    assert own.split_key == "validation/old" and own.source_prefix(target_lang_tags=True) == "<2en> <old> "
+    assert parse_valid_sets(None, "de", "en", "/main", None, None, "val") == []

@@ -228,3 +228,26 @@ def test_what_cannot_go_with_the_checkpoint_is_refused_naming_keys_and_values(
         train(cfg)
     assert "\n" not in str(err.value)
     assert not (tmp_path / "run" / "checkpoints").exists()  # refused before training
+
+
+def test_a_finetuned_run_validates_the_new_and_the_old_domain_each_under_its_name(
+    toy, trained, tmp_path_factory
+):
+    """valid_sets lists the new corpus's validation split and the old one's: both are logged at every
+    validation; at lr 0 the old domain's scores are the checkpoint's own run's, to the bit."""
+    old, cache, runs = toy
+    base = tmp_path_factory.mktemp("domains")
+    new = write_toy_corpus(base / "corpus", {"train": 100, "val": 8, "test": 8}, seed=11)
+    out = base / "run"
+    ckpt = trained[0] / "checkpoints" / "last.ckpt"
+    extra = [f"init_from={ckpt}", f"data.valid_sets=[{{name: new}}, {{name: old, data_dir: '{old}'}}]"]
+    extra += ["optimizer.lr=0.0", "trainer.max_steps=2", "checkpoint.every_n_updates=2"]
+    results = train(compose_config(_overrides((new, cache, runs), extra), out))
+    with open(out / "logs" / "metrics.csv", newline="") as f:
+        [row] = [r for r in csv.DictReader(f) if r.get("val/new/bleu")]
+    for name in ("new", "old"):
+        assert all(row[f"val/{name}/{m}"] for m in ("bleu", "chrf", "loss", "ppl"))
+    assert float(row["val/old/loss"]) == trained[1]["val/loss"]
+    assert float(row["val/old/bleu"]) == trained[1]["val/bleu"]
+    assert results["valid_sets"]["old"]["loss"] == trained[1]["val/loss"]
+    assert results["selected_by"] == "val/new/bleu"  # the first set, by default

@@ -228,7 +228,9 @@ def test_a_checkpoint_written_before_newer_settings_existed_resumes(toy, tmp_pat
     _run(toy, tmp_path / "first", [*common, "trainer.max_steps=2"])
     ckpt = tmp_path / "first" / "checkpoints" / "last.ckpt"
     saved = torch.load(ckpt, weights_only=True)
-    for group, key in (("data", "bad_lines"), ("data", "spm_model"), ("trainer", "ddp_rendezvous_timeout")):
+    added = [("data", "bad_lines"), ("data", "spm_model"), ("trainer", "ddp_rendezvous_timeout")]
+    added += [("data", "valid_sets"), ("checkpoint", "metric"), ("checkpoint", "select_on")]
+    for group, key in added:
         del saved["run_config"][group][key]  # as a checkpoint written before the key was added
     old = tmp_path / "old.ckpt"
     torch.save(saved, old)
