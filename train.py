@@ -15,6 +15,7 @@ import sys
 
 import hydra
 from omegaconf import DictConfig
+from omegaconf.errors import InterpolationToMissingValueError, MissingMandatoryValue
 
 from training.memory import configure_allocators
 
@@ -37,6 +38,10 @@ def main(cfg: DictConfig) -> None:
         # fix, and the message says how (naming the file, line or key): print it alone. Hydra
         # catches Exception only, so SystemExit passes it by without a traceback.
         sys.exit(f"train.py: error: {err}")
+    except (MissingMandatoryValue, InterpolationToMissingValueError) as err:
+        # A setting an experiment leaves to the command line (``???``), e.g. bt_dir.
+        missing = str(err).splitlines()[0].rsplit(": ", 1)[-1]
+        sys.exit(f"train.py: error: {missing} must be given (used by {err.full_key}): add {missing}=VALUE")
 
 
 if __name__ == "__main__":

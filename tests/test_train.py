@@ -70,6 +70,21 @@ def test_a_damaged_corpus_is_one_message_naming_file_and_line_without_traceback(
     assert "data.bad_lines=skip" in error
 
 
+def test_a_setting_left_to_the_command_line_is_one_message_naming_it(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "train.py", "experiment=multi30k_de_en_bt", f"hydra.run.dir={tmp_path / 'run'}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in out, out[-3000:]
+    error = proc.stderr[proc.stderr.index("train.py: error: ") :].strip()
+    said = "bt_dir must be given (used by data.corpora[1].data_dir): add bt_dir=VALUE"
+    assert error == f"train.py: error: {said}"
+
+
 def test_a_tiny_auto_precision_run_says_its_precision_and_no_library_deprecation(tmp_path: Path) -> None:
     """python train.py trainer.precision=auto: two updates, a validation and a test, in bf16-mixed
     where this CPU computes bf16 natively, else 32-true; the log says why, and Lightning's treespec
