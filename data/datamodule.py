@@ -21,10 +21,18 @@ from torch.utils.data import DataLoader
 
 from data.arrow_pairs import StreamedColumn
 from data.batching import TokenBucketBatchSampler, TokenizedPairs, collate_columns, padding_fraction
-from data.corpora import parse_corpora, parse_valid_sets, reserved_tags, target_tag, valid_split_key
+from data.corpora import (
+    TrainingCorpus,
+    ValidationSet,
+    parse_corpora,
+    parse_valid_sets,
+    reserved_tags,
+    target_tag,
+    valid_split_key,
+)
 from data.corpus import MULTI30K_HUB_ID, SPLITS
 from data.mixing import CorpusMix
-from data.prepared import BAD_LINES, drop_long_pairs, prepare_corpus
+from data.prepared import BAD_LINES, PreparedCorpus, drop_long_pairs, prepare_corpus
 from data.sampling import SampledPairs
 from data.tokenized import tokenize_split
 from data.tokenizer import (
@@ -340,36 +348,23 @@ class TranslationDataModule(L.LightningDataModule):
             **common,
             **self.split_names,
         )
-        parts = [main]
-        if self.listed:
-            parts = [
-                prepare_corpus(
-                    c.src_lang,
-                    c.tgt_lang,
-                    data_dir=c.data_dir,
-                    hub_id=c.hub_id,
-                    hub_config=c.hub_config,
-                    train_split=c.split,
-                    which_splits=("train",),
-                    src_prefix=c.source_prefix(self.target_lang_tags),
-                    **common,
-                )
-                for c in self.corpora
-            ]
-        valid = [
-            prepare_corpus(
-                v.src_lang,
-                v.tgt_lang,
-                data_dir=v.data_dir,
-                hub_id=v.hub_id,
-                hub_config=v.hub_config,
-                valid_split=v.split,
-                which_splits=("validation",),
-                src_prefix=v.source_prefix(self.target_lang_tags),
+
+        def one_split(entry: TrainingCorpus | ValidationSet, split: str) -> PreparedCorpus:
+            """The one split of a ``data.corpora`` or ``data.valid_sets`` entry, its tags on."""
+            return prepare_corpus(
+                entry.src_lang,
+                entry.tgt_lang,
+                data_dir=entry.data_dir,
+                hub_id=entry.hub_id,
+                hub_config=entry.hub_config,
+                which_splits=(split,),
+                src_prefix=entry.source_prefix(self.target_lang_tags),
+                **{"train_split" if split == "train" else "valid_split": entry.split},
                 **common,
             )
-            for v in self.valid_sets
-        ]
+
+        parts = [one_split(c, "train") for c in self.corpora] if self.listed else [main]
+        valid = [one_split(v, "validation") for v in self.valid_sets]
         for part in {id(p): p for p in [main, *parts, *valid]}.values():
             for stage, value in part.seconds.items():
                 seconds[stage] = seconds.get(stage, 0.0) + value

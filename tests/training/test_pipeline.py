@@ -121,12 +121,6 @@ def test_gpu_configs_resolve_to_arguments_that_exist(overrides):
         assert cfg["model"]["d_model"] == 512 and data["max_tokens"] == 25000 and cfg["compile"] is True
 
 
-def test_every_experiment_starts_with_the_command_that_runs_it():
-    for path in sorted((CONF / "experiment").glob("*.yaml")):
-        header = path.read_text().split("\ndefaults:")[0]
-        assert f"python train.py experiment={path.stem}\n" in header, path.name
-
-
 def test_command_line_overrides_from_the_issue_compose():
     cfg = compose_config(
         ["data.src_lang=en", "data.tgt_lang=de", "model=tiny"]
