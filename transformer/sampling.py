@@ -108,15 +108,8 @@ def draw(log_probs: Tensor, uniforms: Tensor, config: SamplingConfig) -> Tensor:
     return tokens.gather(1, pick).squeeze(1)
 
 
-def _pick(
-    log_probs: Tensor, rows: slice, uniforms: Tensor, config: SamplingConfig, never: list[int]
-) -> tuple[Tensor, Tensor]:
-    """A block's draws and their log-probabilities, each [block_rows]; ``uniforms``: [rows].
-
-    The ``never`` ids (padding, BOS) are not drawn: training never targets them, so their
-    probabilities are whatever the untrained output rows give.
-    """
-    log_probs[:, never] = float("-inf")
+def _pick(log_probs: Tensor, rows: slice, uniforms: Tensor, config: SamplingConfig) -> tuple[Tensor, Tensor]:
+    """A block's draws and their log-probabilities, each [block_rows]; ``uniforms``: [rows]."""
     chosen = draw(log_probs, uniforms[rows], config)
     return chosen, log_probs.gather(1, chosen[:, None]).squeeze(1)
 
@@ -170,7 +163,6 @@ def sample(
     # until its sentence's last one has (its further tokens are not kept), then they all leave.
     step = SearchStep(model, src, steps + 1, constraints, need_log_probs=True)
     total = n * nsamples
-    never = sorted({cfg.pad_id, bos_id} - {eos_id})
     sentence_of = torch.arange(n, device=device).repeat_interleave(nsamples)  # (n*N,)
     out = src.new_full((total, steps), eos_id)  # (n*N, steps), EOS-filled
     log_prob = torch.zeros(total, dtype=torch.float64, device=device)
@@ -179,7 +171,7 @@ def sample(
     tokens = src.new_full((total,), bos_id)
     for t in range(steps):
         hidden = step.decode(tokens)
-        pick = partial(_pick, uniforms=uniforms[active, t], config=config, never=never)
+        pick = partial(_pick, uniforms=uniforms[active, t], config=config)
         blocks = step.scores(
             hidden,
             t,
