@@ -94,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         metavar="PATH",
         help="checkpoint written by training; several: an ensemble, searched with the weighted mean of "
-        "their log-probabilities at every step (their SentencePiece models must be the same)",
+        "their log-probabilities at every step (their SentencePiece models must be the same); after "
+        "the first, the values that end in .ckpt or .pt or name a file are checkpoints, the rest sentences",
     )
     add(
         "--weights",
@@ -291,9 +292,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def split_checkpoints(args: argparse.Namespace, argv: list[str]) -> None:
+    """Moves the sentences that ``--checkpoint``'s list swallowed back to the sentences.
+
+    ``--checkpoint a.ckpt "Ein Hund."`` must stay one checkpoint and one sentence: after the first
+    value, the checkpoints are the values that end in ``.ckpt`` or ``.pt`` or name a file; the
+    values from the first other one on are sentences, in their place among the others.
+    """
+    paths = args.checkpoint
+    n = 1
+    while n < len(paths) and (paths[n].endswith((".ckpt", ".pt")) or Path(paths[n]).is_file()):
+        n += 1
+    if n == len(paths):
+        return
+    args.checkpoint, moved = paths[:n], paths[n:]
+    try:  # the sentences argparse kept are all before --checkpoint or all after its values
+        before = bool(args.sentences) and argv.index(args.sentences[0]) < argv.index("--checkpoint")
+    except ValueError:
+        before = False
+    args.sentences = [*args.sentences, *moved] if before else [*moved, *args.sentences]
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    split_checkpoints(args, argv)
     for name in ("beam_size", "nbest", "max_tokens", "attention_max_sentences"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
