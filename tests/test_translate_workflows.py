@@ -67,6 +67,12 @@ def test_an_ensemble_of_a_checkpoint_with_itself_translates_as_the_checkpoint(
     assert [r[:2] + r[3:] for r in pair_rows] == [r[:2] + r[3:] for r in single_rows] and single_rows
     for a, b in zip(single_rows, pair_rows, strict=True):
         assert float(a[2]) == pytest.approx(float(b[2]), abs=1e-4)
+    # Worker processes each load the whole ensemble.
+    workers = ["--workers", "2", "--threads", "1", "--max-tokens", "8"]
+    assert (
+        cli(capsysbinary, "--checkpoint", str(toy_checkpoint), str(toy_checkpoint), *workers, *TEST_SOURCES)
+        == single
+    )
     greedy = ["--greedy", *TEST_SOURCES]
     assert cli(capsysbinary, "--checkpoint", str(toy_checkpoint), str(toy_checkpoint), *greedy) == cli(
         capsysbinary, "--checkpoint", str(toy_checkpoint), *greedy
