@@ -259,3 +259,10 @@ def test_checkpoint_lists_end_where_the_sentences_begin(
 ) -> None:
     args = translate.parse_args(argv)
     assert (args.checkpoint, args.sentences) == (checkpoints, sentences)
+
+
+def test_the_python_api_takes_prefixes_and_sampling(toy_checkpoint: Path) -> None:
+    translator = Translator.from_checkpoint(toy_checkpoint)
+    forced = translator.translate(KNOWN, prefixes=["the dog", "", "", ""], greedy=True)
+    assert forced[0].startswith("the dog") and forced[1:] == translator.translate(KNOWN[1:], greedy=True)
+    assert translator.translate(KNOWN, sampling=True, topk=1) == translator.translate(KNOWN, greedy=True)

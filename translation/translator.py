@@ -463,6 +463,7 @@ class Translator:
         texts: Sequence[str],
         options: SearchOptions | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
+        prefixes: Sequence[str] | None = None,
         **search: Any,
     ) -> list[str]:
         """The best translation of each text: one per text, in order, as ``translate.py`` gives.
@@ -474,6 +475,7 @@ class Translator:
             texts: ``n`` sentences.
             options: search settings (default: ``SearchOptions()``).
             max_tokens: budget per batch, as in :meth:`translate_ids`.
+            prefixes: ``n`` texts each translation must start with ("" forces nothing).
             **search: :class:`SearchOptions` fields by name, over ``options``, e.g.
                 ``beam_size=4``, ``alpha=1.0``, ``greedy=True``, ``max_len_b=50``.
 
@@ -485,7 +487,8 @@ class Translator:
             ValueError: settings :class:`SearchOptions` refuses (e.g. ``beam_size=0``).
         """
         options = replace(options or SearchOptions(), **search)
-        found = self.translate_ids(self.encode_sources(texts), options, max_tokens)
+        forced = None if prefixes is None else self.encode_prefixes(prefixes)
+        found = self.translate_ids(self.encode_sources(texts), options, max_tokens, prefixes=forced)
         return [hyps[0].text if hyps else "" for hyps in found]
 
     @torch.no_grad()
