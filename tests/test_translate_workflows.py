@@ -266,3 +266,11 @@ def test_the_python_api_takes_prefixes_and_sampling(toy_checkpoint: Path) -> Non
     forced = translator.translate(KNOWN, prefixes=["the dog", "", "", ""], greedy=True)
     assert forced[0].startswith("the dog") and forced[1:] == translator.translate(KNOWN[1:], greedy=True)
     assert translator.translate(KNOWN, sampling=True, topk=1) == translator.translate(KNOWN, greedy=True)
+
+
+def test_scores_do_not_depend_on_the_token_budget(toy_checkpoint: Path) -> None:
+    translator = Translator.from_checkpoint(toy_checkpoint)
+    targets = ["a dog runs", "the small man sits", "child", "woman jumps fast"]
+    big = [s.log_prob for s in translator.score(KNOWN, targets)]
+    small = [s.log_prob for s in translator.score(KNOWN, targets, max_tokens=6)]  # one pair a batch
+    torch.testing.assert_close(torch.tensor(small), torch.tensor(big), rtol=1e-5, atol=1e-5)
