@@ -302,20 +302,7 @@ class Translator:
             ValueError: ``device`` is not a device name or not available here; ``target_lang``
                 missing for a model of several languages, or not one of them (naming them).
         """
-        device = resolve_device(device)  # before reading: a wrong device is reported at once
-        loaded = load_checkpoint(path, dtype)
-        return cls(
-            loaded.model,
-            loaded.src_tokenizer,
-            loaded.tgt_tokenizer,
-            bos_id=loaded.bos_id,
-            eos_id=loaded.eos_id,
-            device=device,
-            src_lang=loaded.src_lang,
-            tgt_lang=loaded.tgt_lang,
-            target_tags=loaded.target_tags,
-            target_lang=target_lang,
-        )
+        return cls.from_checkpoints([path], device=device, dtype=dtype, target_lang=target_lang)
 
     @classmethod
     def from_checkpoints(
@@ -344,7 +331,7 @@ class Translator:
             raise ValueError("an ensemble needs at least one checkpoint")
         if weights is not None and len(weights) != len(paths):
             raise ValueError(f"{len(weights)} weights for {len(paths)} checkpoints")
-        device = resolve_device(device)
+        device = resolve_device(device)  # before reading: a wrong device is reported at once
         loaded = [load_checkpoint(path, dtype) for path in paths]
         for path, other in zip(paths[1:], loaded[1:], strict=True):
             _check_ensemble_member(Path(paths[0]), loaded[0], Path(path), other)
