@@ -58,10 +58,10 @@ from bench.common import (  # noqa: E402
     write_json,
 )
 from bench.ct2_worker import CT2Worker  # noqa: E402
+from common.metrics import corpus_scores  # noqa: E402
 from data.batching import longest_first_batches  # noqa: E402
 from transformer.search import DecodingConfig  # noqa: E402
 from translation import SearchOptions, Translator  # noqa: E402
-from translation.metrics import corpus_scores  # noqa: E402
 from translation.translator import DEFAULT_MAX_TOKENS, hypothesis_widths  # noqa: E402
 
 BEAM = 5

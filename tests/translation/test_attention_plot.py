@@ -9,7 +9,7 @@ import matplotlib
 import pytest
 import torch
 
-from translation.attention_plot import plot_attention, plot_cross_attention
+from common.attention_plot import plot_attention, plot_cross_attention
 
 SRC = ["▁ein", "▁hund", "▁läuft", "</s>"]
 OUT = ["▁a", "▁dog", "▁runs", "</s>"]
@@ -92,8 +92,9 @@ def protos() -> dict[str, bytes]:
 
 
 def _checkpoint(attention: dict, path: Path, protos: dict[str, bytes]) -> Path:
+    from common.checkpoint_fields import inference_fields
     from tests.translation.test_checkpoint import model_for
-    from translation.checkpoint import inference_fields, write_checkpoint
+    from translation.checkpoint import write_checkpoint
 
     model = model_for(protos["src"], protos["tgt"], attention=attention)
     return write_checkpoint(path, model, inference_fields(protos["src"], protos["tgt"], "de", "en"))

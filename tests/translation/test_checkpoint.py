@@ -9,16 +9,12 @@ import pytest
 import sentencepiece as spm
 import torch
 
+from common.checkpoint_fields import inference_fields
 from tests.toy_text import LEXICON, train_word_spm
 from tests.transformer.helpers import tiny_model
 from transformer import Transformer
 from translation import Translator
-from translation.checkpoint import (
-    CheckpointError,
-    inference_fields,
-    read_checkpoint,
-    write_checkpoint,
-)
+from translation.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 
 SRC_TEXT = [" ".join(LEXICON)]
 TGT_TEXT = [" ".join(LEXICON.values())]
