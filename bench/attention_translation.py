@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python bench/x.py` without installing the project
     sys.path.insert(0, str(ROOT))
 
-from bench.common import environment, print_config, print_table, write_json  # noqa: E402
+from bench.harness import environment, print_config, print_table, write_json  # noqa: E402
 from transformer.mechanisms import REFUSED  # noqa: E402
 
 RUN_RECORD = "bench_run.json"  # written by this script into each run directory

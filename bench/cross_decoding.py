@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python bench/x.py` without installing the project
     sys.path.insert(0, str(ROOT))
 
-from bench.common import environment, median, print_config, print_table, set_threads, write_json  # noqa: E402
+from bench.harness import environment, median, print_config, print_table, set_threads, write_json  # noqa: E402
 
 
 def cross_mechanisms() -> list[str]:

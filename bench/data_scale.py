@@ -32,7 +32,8 @@ import sys
 import time
 from pathlib import Path
 
-from common import MULTI30K_DIR, ROOT, environment, peak_rss_mib, print_config, print_table, write_json
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as `python bench/x.py`
+from bench.harness import MULTI30K_DIR, ROOT, environment, peak_rss_mib, print_config, print_table, write_json  # noqa: E402
 
 STAGES = ("read", "filter", "sentencepiece", "tokenize", "bucket")
 
@@ -42,7 +43,6 @@ def make_corpus(source_dir: Path, out_dir: Path, pairs: int, src_lang: str, tgt_
 
     Validation and test files are copied unchanged. Written 100,000 lines at a time.
     """
-    sys.path.insert(0, str(ROOT))
     from data.corpus import find_split_file
     from data.lines import LineMode, read_lines
 

@@ -67,7 +67,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from bench.common import (  # noqa: E402
+from bench.decoding_systems import (  # noqa: E402
+    EOS,
+    Batch,
+    batches_of,
+    cache_flops,
+    is_slow,
+    make_systems,
+    output_limit,
+    placeholder_vocabulary,
+)
+from bench.harness import (  # noqa: E402
     MULTI30K_DIR,
     add_json_option,
     environment,
@@ -81,16 +91,6 @@ from bench.common import (  # noqa: E402
     rss_mib,
     set_threads,
     write_json,
-)
-from bench.decoding_systems import (  # noqa: E402
-    EOS,
-    Batch,
-    batches_of,
-    cache_flops,
-    is_slow,
-    make_systems,
-    output_limit,
-    placeholder_vocabulary,
 )
 from transformer import Transformer, TransformerConfig  # noqa: E402
 from translation.export.ctranslate2 import to_ctranslate2  # noqa: E402

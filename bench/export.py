@@ -44,7 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import sentencepiece as spm  # noqa: E402
 import torch  # noqa: E402
 
-from bench.common import (  # noqa: E402
+from bench.ct2_worker import CT2Worker  # noqa: E402
+from bench.harness import (  # noqa: E402
     MULTI30K_DIR,
     ROOT,
     add_json_option,
@@ -57,7 +58,6 @@ from bench.common import (  # noqa: E402
     set_threads,
     write_json,
 )
-from bench.ct2_worker import CT2Worker  # noqa: E402
 from common.metrics import corpus_scores  # noqa: E402
 from data.batching import longest_first_batches  # noqa: E402
 from transformer.search import DecodingConfig  # noqa: E402

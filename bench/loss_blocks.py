@@ -28,7 +28,7 @@ from training.memory import configure_allocators  # noqa: E402
 
 configure_allocators()  # before torch is imported, as train.py does
 
-from bench.common import environment, median, print_config, print_table, set_threads, write_json  # noqa: E402
+from bench.harness import environment, median, print_config, print_table, set_threads, write_json  # noqa: E402
 
 # (sentences, source length, target length): ~4,096 tokens a side, Multi30k's range of lengths.
 SHAPES = [(256, 16, 16), (200, 20, 19), (300, 13, 13), (160, 25, 24), (340, 12, 11)]

@@ -56,7 +56,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
-from bench.common import (  # noqa: E402
+from bench.harness import (  # noqa: E402
     MULTI30K_DIR,
     environment,
     find_spm_model,

@@ -34,18 +34,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python bench/x.py` without installing the project
     sys.path.insert(0, str(ROOT))
 
-# Only the standard library above this line: the stages child measures its own imports.
-
-
-def _rss_mib() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def _peak_mib() -> float:
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# Only the standard library above this line and in bench.harness: the stages child measures its
+# own imports.
+from bench.harness import MULTI30K_DIR, environment, find_checkpoint, peak_rss_mib, print_config, rss_mib  # noqa: E402
 
 
 def _heap() -> str:
@@ -71,7 +62,7 @@ def stages(checkpoint: str, source: str, max_tokens: int | None) -> None:
     """The child of part 2: one line per stage, ``stage | RSS | peak | heap``."""
 
     def row(stage: str) -> None:
-        print(f"| {stage} | {_rss_mib():.0f} | {_peak_mib():.0f} | {_heap()} |", flush=True)
+        print(f"| {stage} | {rss_mib():.0f} | {peak_rss_mib():.0f} | {_heap()} |", flush=True)
 
     print("| stage | RSS MiB | peak MiB | glibc heap in use / free / mmapped MiB |")
     print("|---|---|---|---|")
@@ -140,8 +131,8 @@ def main() -> None:
         stages(args.checkpoint, args.source, args.max_tokens[0] if args.max_tokens else None)
         return
 
-    from bench.common import MULTI30K_DIR, find_checkpoint
-
+    print_config("translate_memory", {"checkpoint": args.checkpoint, "max_tokens": args.max_tokens})
+    print_config("environment", environment(args.threads or os.cpu_count() or 1))
     checkpoint = args.checkpoint or find_checkpoint("multi30k_de_en")
     if checkpoint is None:
         raise SystemExit(

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,10 +29,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python bench/x.py` without installing the project
     sys.path.insert(0, str(ROOT))
 
-from bench.common import (  # noqa: E402
+from bench.harness import (  # noqa: E402
     MULTI30K_DIR,
     add_json_option,
     environment,
+    median,
     print_config,
     print_table,
     write_json,
@@ -108,11 +108,11 @@ def main() -> None:
                     print(f"  {threads} threads, round {r + 1}, {name}: {said}", flush=True)
         rows, results = [], {}
         for threads in args.threads:
-            first = statistics.median(walls[(list(trees)[0], threads)])
+            first = median(walls[(list(trees)[0], threads)])
             expected = outputs[(reference, threads)]
             for name in trees:
                 key = (name, threads)
-                wall = statistics.median(walls[key])
+                wall = median(walls[key])
                 same = outputs[key] == expected and len(expected) == 1
                 rows.append(
                     [
