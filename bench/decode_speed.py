@@ -90,6 +90,7 @@ from bench.harness import (  # noqa: E402
     reset_peak_rss,
     rss_mib,
     set_threads,
+    timed,
     write_json,
 )
 from transformer import Transformer, TransformerConfig  # noqa: E402
@@ -281,9 +282,7 @@ def memory_child(checkpoint: str, threads: int, beam: int, limit: int = 0) -> No
     translator.translate(texts[:32], SearchOptions(beam_size=beam))  # warm-up
     loaded = rss_mib()
     reset = reset_peak_rss()
-    start = time.perf_counter()
-    translator.translate(texts, SearchOptions(beam_size=beam))
-    seconds = time.perf_counter() - start
+    seconds, _ = timed(lambda: translator.translate(texts, SearchOptions(beam_size=beam)))
     peak = peak_rss_mib()
     # The same with `threads` single-thread worker processes (translate.py --workers), start-up included.
     start = time.perf_counter()

@@ -56,6 +56,7 @@ from bench.harness import (  # noqa: E402
     print_table,
     read_gz_lines,
     set_threads,
+    timed,
     write_json,
 )
 from common.metrics import corpus_scores  # noqa: E402
@@ -242,9 +243,8 @@ def main() -> None:
     names = list(systems)
     for rep in range(args.reps):
         for name in names[rep % len(names) :] + names[: rep % len(names)]:
-            start = time.perf_counter()
-            outputs[name] = systems[name]()
-            times[name].append(time.perf_counter() - start)
+            seconds, outputs[name] = timed(systems[name])
+            times[name].append(seconds)
         print(f"  rep {rep + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items()), flush=True)
     for system in ct2.values():
         system.worker.close()

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,6 +46,7 @@ from bench.harness import (  # noqa: E402
     print_config,
     print_table,
     set_threads,
+    timed,
     write_json,
 )
 from transformer.cpu_kernels import Dropout  # noqa: E402
@@ -137,9 +137,7 @@ def time_pair(
     times: tuple[list[float], list[float]] = ([], [])
     for _ in range(repeats):
         for fn, out in ((eager, times[0]), (compiled, times[1])):
-            start = time.perf_counter()
-            fn()
-            out.append((time.perf_counter() - start) * 1e3)
+            out.append(timed(fn)[0] * 1e3)
     return median(times[0]), median(times[1])
 
 

@@ -27,7 +27,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,7 +35,16 @@ if str(ROOT) not in sys.path:  # run as `python bench/x.py` without installing t
 
 # Only the standard library above this line and in bench.harness: the stages child measures its
 # own imports.
-from bench.harness import MULTI30K_DIR, environment, find_checkpoint, peak_rss_mib, print_config, rss_mib  # noqa: E402
+from bench.harness import (  # noqa: E402
+    MULTI30K_DIR,
+    environment,
+    find_checkpoint,
+    peak_rss_mib,
+    print_config,
+    rss_mib,
+    run_measured,
+    timed,
+)
 
 
 def _heap() -> str:
@@ -83,9 +91,11 @@ def stages(checkpoint: str, source: str, max_tokens: int | None) -> None:
         done[0] += 1
         row(f"after batch {done[0]} ({n} sentences)")
 
-    start = time.perf_counter()
-    translator.translate_ids(sources, SearchOptions(), max_tokens or DEFAULT_MAX_TOKENS, progress=batch_done)
-    print(f"\n{len(sources)} sentences in {time.perf_counter() - start:.1f} s, {done[0]} batches")
+    budget = max_tokens or DEFAULT_MAX_TOKENS
+    seconds, _ = timed(
+        lambda: translator.translate_ids(sources, SearchOptions(), budget, progress=batch_done)
+    )
+    print(f"\n{len(sources)} sentences in {seconds:.1f} s, {done[0]} batches")
 
 
 def end_to_end(
@@ -105,14 +115,10 @@ def end_to_end(
         command += ["--max-tokens", str(max_tokens)]
     if threads is not None:
         command += ["--threads", str(threads)]
-    start = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(child.pid, 0)
-    wall = time.perf_counter() - start
-    child.returncode = os.waitstatus_to_exitcode(status)
+    child, wall, peak = run_measured(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     if child.returncode != 0:
         raise SystemExit(f"translate.py failed ({child.returncode}): {child.stderr.read().decode()[-2000:]}")
-    return usage.ru_maxrss / 1024, wall
+    return peak, wall
 
 
 def main() -> None:
