@@ -3,13 +3,16 @@
     python translate.py --checkpoint runs/x/checkpoints/best.ckpt < test.de > test.en
     python translate.py --checkpoint best.ckpt --input test.de --references test.en
     python translate.py --checkpoint best.ckpt "Ein Hund läuft." --attention-dir attn/
+    python translate.py --checkpoint a.ckpt b.ckpt --input test.de               # an ensemble
+    python translate.py --checkpoint best.ckpt --sampling --topk 10 --seed 1 < mono.de
+    python translate.py --checkpoint best.ckpt --input test.de --score-references test.en
 
 Only translations go to stdout; progress, warnings and scores go to stderr. A broken checkpoint or
 a wrong option gives a one-line error and exit status 2. The command line only: parsing, reading,
 writing. The work is in the ``translation`` package (its Python API):
 ``translator.py`` (batching, search), ``checkpoint.py`` (loading), ``workers.py`` and
-``attention_plot.py``; input lines are read by ``data/lines.py`` in its lossless mode. Lightning
-and Hydra are never imported here.
+``attention_plot.py``, ``stream.py`` (standard input as it arrives); input lines are read by
+``data/lines.py`` in its lossless mode. Lightning and Hydra are never imported here.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 from tqdm import tqdm
@@ -31,7 +35,8 @@ from data.lines import LineMode, decode_lines
 from transformer import cpu_kernels
 from transformer.hardware import bf16_capability
 from translation.checkpoint import CheckpointError
-from translation.translator import DEFAULT_MAX_TOKENS, SearchOptions, Translation, Translator
+from translation.stream import line_chunks
+from translation.translator import DEFAULT_MAX_TOKENS, Score, SearchOptions, Translation, Translator
 from translation.workers import WorkerPool
 
 logger = logging.getLogger("translate")
@@ -56,6 +61,10 @@ lines give empty lines; invalid UTF-8 is replaced and lines longer than the
 model allows are cropped, each with a warning that names the line. Only
 translations go to stdout; progress, warnings and scores go to stderr. A bad
 checkpoint or option gives a one-line error and exit status 2.
+
+Standard input is translated as it arrives: each line (or each --buffer-size
+lines that have come) is answered and flushed before more is read, so a person
+or a process can type a line and read its translation.
 """
 
 EXAMPLES = """\
@@ -63,6 +72,10 @@ examples:
   python translate.py --checkpoint best.ckpt < test.de > test.en
   python translate.py --checkpoint best.ckpt --input test.de --references test.en --beam-size 5
   python translate.py --checkpoint best.ckpt "Ein Hund rennt." --attention-dir attn/ --attention-heads
+  python translate.py --checkpoint a.ckpt b.ckpt --weights 0.6 0.4 --input test.de
+  python translate.py --checkpoint best.ckpt --sampling --topp 0.9 --seed 1 --input mono.de
+  python translate.py --checkpoint best.ckpt --input test.de --score-references test.en
+  python translate.py --checkpoint best.ckpt --input test.de --prefix prefixes.en
 """
 
 
@@ -75,7 +88,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add = parser.add_argument
     add("sentences", nargs="*", metavar="SENTENCE", help="sentences to translate, one line each")
-    add("--checkpoint", required=True, metavar="PATH", help="checkpoint written by training")
+    add(
+        "--checkpoint",
+        required=True,
+        nargs="+",
+        metavar="PATH",
+        help="checkpoint written by training; several: an ensemble, searched with the weighted mean of "
+        "their log-probabilities at every step (their SentencePiece models must be the same); after "
+        "the first, the values that end in .ckpt or .pt or name a file are checkpoints, the rest sentences",
+    )
+    add(
+        "--weights",
+        type=float,
+        nargs="+",
+        metavar="W",
+        help="one weight per --checkpoint, normalised to sum to 1 (default: equal)",
+    )
     io = parser.add_argument_group("input and output")
     io.add_argument("--input", metavar="FILE", help="read lines from FILE ('-': stdin; default: stdin)")
     io.add_argument("--output", metavar="FILE", help="write translations to FILE (default: stdout)")
@@ -91,6 +119,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="reference translations, one per input line: after translating, print sacreBLEU and "
         "chrF with their signatures to stderr",
+    )
+    io.add_argument(
+        "--score-references",
+        metavar="FILE",
+        help="score instead of translating: for each input line and the line of FILE with its number "
+        "(a translation of it), write the translation's log-probability under the model (or the "
+        "ensemble): 'sum<TAB>tokens<TAB>mean', tokens counting </s>; mean is minus the training NLL "
+        "without label smoothing",
+    )
+    io.add_argument(
+        "--buffer-size",
+        type=int,
+        metavar="N",
+        help="stdin: translate at most N lines at a time, and never wait for more once the lines that "
+        "have arrived are taken (default: 1 on a terminal, else no limit: input that is all there "
+        "is batched as a whole)",
     )
     search = parser.add_argument_group("search")
     search.add_argument(
@@ -110,6 +154,56 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument(
         "--greedy", action="store_true", help="greedy search: fastest, no scores, ignores --beam-size"
     )
+    search.add_argument(
+        "--min-length",
+        type=int,
+        default=DEFAULTS.min_len,
+        metavar="N",
+        help="no output shorter than N subwords (</s> forbidden before; the length limit still wins) "
+        "(default: %(default)s)",
+    )
+    search.add_argument(
+        "--no-repeat-ngram",
+        type=int,
+        default=DEFAULTS.no_repeat_ngram,
+        metavar="N",
+        help="no n-gram of N subwords occurs twice in an output (default: %(default)s: allowed)",
+    )
+    search.add_argument(
+        "--prefix",
+        metavar="FILE",
+        help="one line per input line: its translation starts with that text, at the model's "
+        "log-probabilities (an empty line forces nothing)",
+    )
+    sampling = parser.add_argument_group("sampling (back-translation)")
+    sampling.add_argument(
+        "--sampling",
+        action="store_true",
+        help="draw each translation from the model's distribution instead of searching; --nbest N: N "
+        "samples per line; a line's samples depend on --seed and the line only, never on the batch",
+    )
+    sampling.add_argument(
+        "--topk",
+        type=int,
+        default=DEFAULTS.topk,
+        metavar="K",
+        help="draw from the K most likely subwords only (default: %(default)s: all; 1 is greedy)",
+    )
+    sampling.add_argument(
+        "--topp",
+        type=float,
+        default=DEFAULTS.topp,
+        metavar="P",
+        help="draw from the fewest most likely subwords whose probability reaches P (default: %(default)s)",
+    )
+    sampling.add_argument(
+        "--temperature",
+        type=float,
+        default=DEFAULTS.temperature,
+        metavar="T",
+        help="sharpen (T < 1) or flatten (T > 1) the distribution drawn from (default: %(default)s)",
+    )
+    sampling.add_argument("--seed", type=int, default=DEFAULTS.seed, help="(default: %(default)s)")
     search.add_argument(
         "--length-penalty",
         type=float,
@@ -198,42 +292,153 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def split_checkpoints(args: argparse.Namespace, argv: list[str]) -> None:
+    """Moves the sentences that ``--checkpoint``'s list swallowed back to the sentences.
+
+    ``--checkpoint a.ckpt "Ein Hund."`` must stay one checkpoint and one sentence: after the first
+    value, the checkpoints are the values that end in ``.ckpt`` or ``.pt`` or name a file; the
+    values from the first other one on are sentences, in their place among the others.
+    """
+    paths = args.checkpoint
+    n = 1
+    while n < len(paths) and (paths[n].endswith((".ckpt", ".pt")) or Path(paths[n]).is_file()):
+        n += 1
+    if n == len(paths):
+        return
+    args.checkpoint, moved = paths[:n], paths[n:]
+    try:  # the sentences argparse kept are all before --checkpoint or all after its values
+        before = bool(args.sentences) and argv.index(args.sentences[0]) < argv.index("--checkpoint")
+    except ValueError:
+        before = False
+    args.sentences = [*args.sentences, *moved] if before else [*moved, *args.sentences]
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    split_checkpoints(args, argv)
     for name in ("beam_size", "nbest", "max_tokens", "attention_max_sentences"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    for name in ("min_length", "no_repeat_ngram", "topk"):
+        if getattr(args, name) < 0:
+            parser.error(f"--{name.replace('_', '-')} must be at least 0")
+    if args.buffer_size is not None and args.buffer_size < 1:
+        parser.error("--buffer-size must be at least 1")
+    if not 0.0 < args.topp <= 1.0:
+        parser.error(f"--topp must be in (0, 1], not {args.topp}")
+    if not args.temperature > 0.0:
+        parser.error(f"--temperature must be positive, not {args.temperature}")
+    if args.weights is not None:
+        if len(args.weights) != len(args.checkpoint):
+            parser.error(
+                f"--weights gives {len(args.weights)} weights for {len(args.checkpoint)} checkpoints"
+            )
+        if any(w < 0 for w in args.weights) or sum(args.weights) <= 0:
+            parser.error("--weights must be non-negative with a positive sum")
     if args.threads is not None and args.threads < 1:
         parser.error("--threads must be at least 1")
     if args.workers < 1:
         parser.error("--workers must be at least 1")
+    if args.greedy and args.sampling:
+        parser.error("--greedy and --sampling exclude each other: choose one")
     if args.greedy and args.nbest > 1:
         parser.error("--nbest > 1 needs beam search: drop --greedy")
     if args.greedy and args.nbest_output:
         parser.error(
             "--nbest-output needs beam search scores: drop --greedy (--beam-size 1 is greedy with scores)"
         )
-    if args.nbest > args.beam_size:
+    if args.nbest > args.beam_size and not args.sampling:
         parser.error(f"--nbest {args.nbest} is larger than --beam-size {args.beam_size}")
     if args.sentences and args.input is not None:
         parser.error("give sentences as arguments or --input, not both")
     if args.attention_heads and not args.attention_dir:
         parser.error("--attention-heads needs --attention-dir")
+    if args.score_references:
+        given = [
+            option
+            for option, value in (
+                ("--references", args.references),
+                ("--nbest-output", args.nbest_output),
+                ("--attention-dir", args.attention_dir),
+                ("--prefix", args.prefix),
+                ("--sampling", args.sampling),
+            )
+            if value
+        ]
+        if given:
+            parser.error(f"--score-references scores given translations: drop {', '.join(given)}")
     return args
 
 
-def read_input(args: argparse.Namespace) -> tuple[list[str], str]:
-    """The input lines and the name used for them in warnings."""
+def search_options(args: argparse.Namespace) -> SearchOptions:
+    """The search settings of the command line."""
+    return SearchOptions(
+        beam_size=1 if args.greedy else args.beam_size,
+        nbest=args.nbest,
+        alpha=args.length_penalty,
+        max_len_a=args.max_len_a,
+        max_len_b=args.max_len_b,
+        min_len=args.min_length,
+        no_repeat_ngram=args.no_repeat_ngram,
+        greedy=args.greedy,
+        sampling=args.sampling,
+        topk=args.topk,
+        topp=args.topp,
+        temperature=args.temperature,
+        seed=args.seed,
+    )
+
+
+Parts = Iterator[tuple[int, list[str]]]
+
+
+def input_chunks(args: argparse.Namespace) -> tuple[Parts, str, int | None]:
+    """The input as ``(number of the first line, lines)`` parts, its name for warnings, and its
+    number of lines where it is known before reading (None for standard input).
+
+    Arguments and ``--input`` are one part. Standard input comes as it arrives (``stream.py``),
+    at most ``--buffer-size`` lines a part.
+    """
     if args.sentences:
         # Each argument is one line; os.fsencode recovers the bytes of undecodable arguments.
         raw = [os.fsencode(s).replace(b"\n", b" ") for s in args.sentences]
-        return decode_lines(b"\n".join(raw) + b"\n", "<arguments>", LineMode.LOSSLESS), "<arguments>"
-    if args.input is None or args.input == "-":
-        if sys.stdin.isatty():
-            logger.info("reading sentences from the terminal, one per line; end with Ctrl-D")
-        return decode_lines(sys.stdin.buffer.read(), "<stdin>", LineMode.LOSSLESS), "<stdin>"
-    return decode_lines(read_file(args.input, "--input"), args.input, LineMode.LOSSLESS), args.input
+        lines = decode_lines(b"\n".join(raw) + b"\n", "<arguments>", LineMode.LOSSLESS)
+        return iter([(1, lines)]), "<arguments>", len(lines)
+    if args.input is not None and args.input != "-":
+        lines = decode_lines(read_file(args.input, "--input"), args.input, LineMode.LOSSLESS)
+        return iter([(1, lines)] if lines else []), args.input, len(lines)
+    terminal = sys.stdin.isatty()
+    if terminal:
+        logger.info("reading sentences from the terminal, one per line; end with Ctrl-D")
+    buffer_size = args.buffer_size or (1 if terminal else sys.maxsize)
+
+    def stream() -> Iterator[tuple[int, list[str]]]:
+        number = 1
+        for chunk in line_chunks(sys.stdin.fileno(), buffer_size):
+            lines = decode_lines(b"\n".join(chunk) + b"\n", "<stdin>", LineMode.LOSSLESS, first_line=number)
+            yield number, lines
+            number += len(lines)
+
+    return stream(), "<stdin>", None
+
+
+def same_count(lines: list[str] | None, label: str, count: int, name: str) -> None:
+    """Raises unless the file given as ``label`` has as many lines as the input (``count``)."""
+    if lines is not None and len(lines) != count:
+        raise UsageError(f"{label} has {len(lines)} lines but the input ({name}) has {count}")
+
+
+def aligned_lines(
+    lines: list[str] | None, option: str, first: int, count: int, name: str
+) -> list[str] | None:
+    """Lines ``first .. first + count - 1`` of a file given with ``option``, which must have them."""
+    if lines is None:
+        return None
+    if first - 1 + count > len(lines):
+        raise UsageError(f"{option} has {len(lines)} lines but the input ({name}) has more")
+    return lines[first - 1 : first - 1 + count]
 
 
 def read_file(path: str, option: str) -> bytes:
@@ -243,25 +448,36 @@ def read_file(path: str, option: str) -> bytes:
         raise UsageError(f"{option} {path}: {err.strerror or err}") from None
 
 
-def write_lines(lines: list[str], path: str | None) -> None:
-    """UTF-8, '\\n'-ended, whatever the locale; stdout when ``path`` is None."""
-    payload = "".join(line + "\n" for line in lines).encode("utf-8")
+@contextmanager
+def output(path: str | None) -> Iterator[BinaryIO]:
+    """Where lines go: stdout's bytes, or ``path`` opened for writing."""
     if path is None:
-        sys.stdout.buffer.write(payload)
-        sys.stdout.buffer.flush()
+        yield sys.stdout.buffer
         return
     try:
-        Path(path).write_bytes(payload)
+        f = open(path, "wb")  # noqa: SIM115 (closed below)
     except OSError as err:
         raise UsageError(f"cannot write {path}: {err.strerror or err}") from None
+    with f:
+        yield f
 
 
-def nbest_rows(results: list[list[Translation]]) -> list[str]:
+def write_lines(lines: list[str], out: BinaryIO) -> None:
+    """UTF-8, '\\n'-ended, whatever the locale, flushed."""
+    out.write("".join(line + "\n" for line in lines).encode("utf-8"))
+    out.flush()
+
+
+def nbest_rows(results: list[list[Translation]], first: int = 1) -> list[str]:
     return [
         f"{number}\t{rank}\t{hyp.score:.6f}\t{hyp.text.replace(chr(9), ' ')}"
-        for number, hyps in enumerate(results, start=1)
+        for number, hyps in enumerate(results, start=first)
         for rank, hyp in enumerate(hyps, start=1)
     ]
+
+
+def score_rows(scores: list[Score]) -> list[str]:
+    return [f"{s.log_prob:.6f}\t{s.tokens}\t{s.mean:.6f}" for s in scores]
 
 
 class TqdmHandler(logging.Handler):
@@ -310,12 +526,13 @@ def run(args: argparse.Namespace) -> None:
         torch.set_num_threads(args.threads)
     # Files first (cheap, and a typo is reported at once), then the model, then stdin: an
     # interactive user learns about a bad checkpoint before typing.
-    for option, path in (("--input", args.input), ("--references", args.references)):
+    for option in ("input", "references", "score_references", "prefix"):
+        path = getattr(args, option)
         if path not in (None, "-") and not Path(path).is_file():
-            raise UsageError(f"{option} {path}: no such file")
+            raise UsageError(f"--{option.replace('_', '-')} {path}: no such file")
     try:
-        translator = Translator.from_checkpoint(
-            args.checkpoint, args.device, DTYPES[args.dtype], target_lang=args.target_lang
+        translator = Translator.from_checkpoints(
+            args.checkpoint, args.weights, args.device, DTYPES[args.dtype], target_lang=args.target_lang
         )
     except ValueError as err:  # the device, or the target language
         raise UsageError(str(err)) from None
@@ -323,7 +540,7 @@ def run(args: argparse.Namespace) -> None:
         raise UsageError(f"--workers {args.workers} runs CPU processes; drop it or use --device cpu")
     logger.info(
         "loaded %s: %s -> %s, %d parameters, on %s in %s",
-        args.checkpoint,
+        " + ".join(args.checkpoint),
         translator.src_lang or "?",
         translator.tgt_lang or "?",
         translator.model.num_parameters(),
@@ -334,62 +551,79 @@ def run(args: argparse.Namespace) -> None:
         native, capability = bf16_capability(translator.device.type)
         if not native:  # it runs (the CPU seam packs in fp32 there), but slower than float32
             logger.warning("--dtype bfloat16 is emulated on this device, slower than float32: %s", capability)
+    if args.score_references:
+        score_input(args, translator)
+        return
     # Workers start now, in the background, while the input is read and tokenized.
     with worker_pool(translator, args.workers, args.threads) as pool:
         translate_input(args, translator, pool)
 
 
+def read_aligned(path: str | None, option: str) -> list[str] | None:
+    """The lines of a file given with ``option`` (one per input line), or None."""
+    return None if path is None else decode_lines(read_file(path, option), path, LineMode.LOSSLESS)
+
+
 def translate_input(args: argparse.Namespace, translator: Translator, pool: WorkerPool | None) -> None:
-    """Reads the input, translates it (in ``pool`` if given) and writes every output asked for."""
-    lines, name = read_input(args)
-    references = None
-    if args.references:
-        references = decode_lines(
-            read_file(args.references, "--references"), args.references, LineMode.LOSSLESS
-        )
-        if len(references) != len(lines):
-            raise UsageError(
-                f"--references {args.references} has {len(references)} lines "
-                f"but the input ({name}) has {len(lines)}"
-            )
-    options = SearchOptions(
-        beam_size=1 if args.greedy else args.beam_size,
-        nbest=args.nbest,
-        alpha=args.length_penalty,
-        max_len_a=args.max_len_a,
-        max_len_b=args.max_len_b,
-        greedy=args.greedy,
-    )
+    """Reads the input, translates it part by part (in ``pool`` if given) and writes every output
+    asked for: each part's translations are written and flushed before the next part is read."""
+    references = read_aligned(args.references, "--references")
+    prefixes = read_aligned(args.prefix, "--prefix")
+    options = search_options(args)
+    chunks, name, known = input_chunks(args)
+    if known is not None:  # before translating, where the input's length is known
+        same_count(references, f"--references {args.references}", known, name)
+        same_count(prefixes, f"--prefix {args.prefix}", known, name)
+    hypotheses: list[str] = []
+    plotted: tuple[list[list[int]], list[list[Translation]]] = ([], [])
+    n_real = n_tokens = 0
     start = time.perf_counter()
-    sources = translator.encode_sources(lines, name)
-    n_real = sum(1 for s in sources if s)
     show = not args.quiet and sys.stderr.isatty()
-    with tqdm(total=n_real, unit="sent", file=sys.stderr, disable=not show, desc="translate") as bar:
-        results = translator.translate_ids(sources, options, args.max_tokens, progress=bar.update, pool=pool)
+    with ExitStack() as stack:
+        out = stack.enter_context(output(args.output))
+        nbest_out = stack.enter_context(output(args.nbest_output)) if args.nbest_output else None
+        bar = stack.enter_context(tqdm(unit="sent", file=sys.stderr, disable=not show, desc="translate"))
+        for first, lines in chunks:
+            aligned_lines(references, f"--references {args.references}", first, len(lines), name)
+            forced = aligned_lines(prefixes, f"--prefix {args.prefix}", first, len(lines), name)
+            sources = translator.encode_sources(lines, name, first)
+            real = sum(1 for source in sources if source)
+            bar.total = (bar.total or 0) + real
+            bar.refresh()
+            results = translator.translate_ids(
+                sources,
+                options,
+                args.max_tokens,
+                progress=bar.update,
+                pool=pool,
+                prefixes=None if forced is None else translator.encode_prefixes(forced, args.prefix, first),
+            )
+            best = [hyps[0].text if hyps else "" for hyps in results]
+            write_lines(best, out)
+            if nbest_out is not None:
+                write_lines(nbest_rows(results, first), nbest_out)
+            hypotheses.extend(best)
+            if args.attention_dir:
+                plotted[0].extend(sources)
+                plotted[1].extend(results)
+            n_real += real
+            n_tokens += sum(len(hyps[0].tokens) + 1 for hyps in results if hyps)
     seconds = time.perf_counter() - start
-    hypotheses = [hyps[0].text if hyps else "" for hyps in results]
-    write_lines(hypotheses, args.output)
-    n_tokens = sum(len(hyps[0].tokens) + 1 for hyps in results if hyps)
     logger.info(
         "translated %d lines (%d non-empty) in %.1f s: %.1f sentences/s, %.0f output tokens/s",
-        len(lines),
+        len(hypotheses),
         n_real,
         seconds,
         n_real / max(seconds, 1e-9),
         n_tokens / max(seconds, 1e-9),
     )
-    if args.nbest_output:
-        write_lines(nbest_rows(results), args.nbest_output)
+    same_count(references, f"--references {args.references}", len(hypotheses), name)
+    same_count(prefixes, f"--prefix {args.prefix}", len(hypotheses), name)
     if args.attention_dir:
         from translation.attention_plot import write_attention  # matplotlib only when asked for
 
         n_files = write_attention(
-            translator,
-            sources,
-            results,
-            args.attention_dir,
-            args.attention_heads,
-            args.attention_max_sentences,
+            translator, *plotted, args.attention_dir, args.attention_heads, args.attention_max_sentences
         )
         logger.info("wrote %d attention plots to %s", n_files, args.attention_dir)
     if references is not None:
@@ -397,6 +631,36 @@ def translate_input(args: argparse.Namespace, translator: Translator, pool: Work
 
         sys.stderr.write(corpus_scores(hypotheses, references).report() + "\n")
         sys.stderr.flush()
+
+
+def score_input(args: argparse.Namespace, translator: Translator) -> None:
+    """Writes, for each input line, the log-probability of its line of ``--score-references``."""
+    targets = read_aligned(args.score_references, "--score-references")
+    assert targets is not None
+    chunks, name, known = input_chunks(args)
+    if known is not None:
+        same_count(targets, f"--score-references {args.score_references}", known, name)
+    scored = 0
+    show = not args.quiet and sys.stderr.isatty()
+    with (
+        output(args.output) as out,
+        tqdm(unit="pair", file=sys.stderr, disable=not show, desc="score") as bar,
+    ):
+        for first, lines in chunks:
+            given = aligned_lines(
+                targets, f"--score-references {args.score_references}", first, len(lines), name
+            )
+            assert given is not None
+            bar.total = (bar.total or 0) + len(lines)
+            scores = translator.score_ids(
+                translator.encode_sources(lines, name, first),
+                translator.encode_targets(given, args.score_references, first),
+                args.max_tokens,
+                progress=bar.update,
+            )
+            write_lines(score_rows(scores), out)
+            scored += len(lines)
+    same_count(targets, f"--score-references {args.score_references}", scored, name)
 
 
 def main(argv: list[str] | None = None) -> int:

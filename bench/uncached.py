@@ -13,7 +13,7 @@ cache equivalence; it is not part of the product.
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from transformer import Transformer
 
@@ -40,10 +40,12 @@ class RecomputeState:
             self.src_mask = self.src_mask.index_select(0, sources)
 
 
-class Recomputing:
-    """``model`` as the searches see it, decoding without caches (see the module docstring)."""
+class Recomputing(nn.Module):
+    """``model`` as the searches see it, decoding without caches (see the module docstring); a
+    module, so that an ``Ensemble`` can hold it."""
 
     def __init__(self, model: Transformer) -> None:
+        super().__init__()
         self.model = model
         self.cfg = model.cfg
 

@@ -73,13 +73,16 @@ def one_line(text: str) -> str:
     return text.translate(_TO_SPACE)
 
 
-def decode_lines(raw: bytes, name: str, mode: LineMode) -> list[str]:
+def decode_lines(raw: bytes, name: str, mode: LineMode, first_line: int = 1) -> list[str]:
     """Split raw bytes on ``b"\\n"`` only and decode them as UTF-8 under ``mode``.
 
     Args:
-        raw: the whole input.
+        raw: the whole input, or (:attr:`LineMode.LOSSLESS` only) whole lines of it from line
+            ``first_line`` on.
         name: the file name (or ``"<stdin>"``) used in errors and warnings.
         mode: :attr:`LineMode.STRICT` or :attr:`LineMode.LOSSLESS`.
+        first_line: the number of the first line in ``raw``: warnings count from it, and a byte
+            order mark is removed from line 1 only.
 
     Returns:
         One string per line, without its ``\\n``.
@@ -87,14 +90,16 @@ def decode_lines(raw: bytes, name: str, mode: LineMode) -> list[str]:
     Raises:
         UndecodableLineError: invalid UTF-8 in :attr:`LineMode.STRICT`.
     """
-    if raw.startswith(_BOM):
+    if first_line == 1 and raw.startswith(_BOM):
         raw = raw[len(_BOM) :]
     if not raw:
         return []
     if mode is LineMode.STRICT:
+        if first_line != 1:
+            raise ValueError("first_line is for LineMode.LOSSLESS: strict lines are read whole")
         return _strict_lines(raw, name)
     if mode is LineMode.LOSSLESS:
-        return _lossless_lines(raw, name)
+        return _lossless_lines(raw, name, first_line)
     raise ValueError(f"mode must be a LineMode, not {mode!r}")
 
 
@@ -181,7 +186,7 @@ def _strict_lines(raw: bytes, name: str) -> list[str]:
     return lines
 
 
-def _lossless_lines(raw: bytes, name: str) -> list[str]:
+def _lossless_lines(raw: bytes, name: str, first_line: int) -> list[str]:
     parts = raw.split(b"\n")
     if raw.endswith(b"\n"):
         parts.pop()
@@ -191,7 +196,7 @@ def _lossless_lines(raw: bytes, name: str) -> list[str]:
     except UnicodeDecodeError:
         pass
     lines = []
-    for number, part in enumerate(parts, start=1):
+    for number, part in enumerate(parts, start=first_line):
         try:
             lines.append(part.decode("utf-8"))
         except UnicodeDecodeError as err:

@@ -440,17 +440,13 @@ class TranslationModule(L.LightningModule):
 
     def _search(self, src: Tensor, beam_size: int) -> list[list[int]]:
         d = self.decoding
+        limits = dict(
+            max_len_a=d.max_len_a, max_len_b=d.max_len_b, min_len=d.min_len, no_repeat_ngram=d.no_repeat_ngram
+        )
         if beam_size <= 1:
-            return greedy_search(self.model, src, self.bos_id, self.eos_id, d.max_len_a, d.max_len_b)
+            return greedy_search(self.model, src, self.bos_id, self.eos_id, **limits)
         hyps = beam_search(
-            self.model,
-            src,
-            self.bos_id,
-            self.eos_id,
-            beam_size=beam_size,
-            alpha=d.alpha,
-            max_len_a=d.max_len_a,
-            max_len_b=d.max_len_b,
+            self.model, src, self.bos_id, self.eos_id, beam_size=beam_size, alpha=d.alpha, **limits
         )
         return [h[0].tokens for h in hyps]
 

@@ -47,7 +47,7 @@ def write_attention(
         out_labels = translator.tgt_tokenizer.id_to_piece(best.tokens + [translator.eos_id])
         stem = f"line{i + 1:0{width}d}"
         written += len(plot_cross_attention(weights, src_labels, out_labels, out_dir, stem, per_head))
-        if translator.model.cfg.attention.encoder_self != "softmax":
+        if translator.first_model.cfg.attention.encoder_self != "softmax":
             encoder = translator.encoder_attention(sources[i])
             written += len(
                 plot_cross_attention(encoder, src_labels, src_labels, out_dir, f"{stem}.encoder", per_head)

@@ -6,8 +6,9 @@ The command line (``translate.py``) is a thin shell around this module and ``dat
   padded tokens (the rule training's batches follow too), counted once per hypothesis: a batch
   of ``n`` sentences searched with beam ``k`` keeps ``n * k`` rows of decoder state, so each
   source counts ``k`` times (:func:`hypothesis_widths`).
-* :class:`Translator` encodes, crops, batches, searches and decodes, and returns the results in
-  input order; empty lines never reach the model.
+* :class:`Translator` encodes, crops, batches, searches (beam, greedy or sampling, with one
+  model or an ensemble) and decodes, and returns the results in input order; empty lines never
+  reach the model. :meth:`Translator.score` gives given targets' log-probabilities instead.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -26,8 +28,11 @@ from data.batching import DECODING_TOKENS as DEFAULT_MAX_TOKENS
 from data.batching import longest_first_batches
 from data.lines import one_line
 from transformer import Transformer
+from transformer.ensemble import Ensemble
+from transformer.sampling import SamplingConfig, sample
+from transformer.scoring import target_log_probs
 from transformer.search import DecodingConfig, beam_search, greedy_search
-from translation.checkpoint import load_checkpoint
+from translation.checkpoint import CheckpointError, InferenceCheckpoint, load_checkpoint
 from translation.workers import WorkerPool
 
 logger = logging.getLogger(__name__)
@@ -41,9 +46,10 @@ def hypothesis_widths(source_lengths: Sequence[int], options: SearchOptions) -> 
 
     Args:
         source_lengths: ``n`` source lengths without EOS.
-        options: the search settings (greedy search keeps one hypothesis per sentence).
+        options: the search settings (greedy search keeps one hypothesis per sentence, sampling
+            one per sample).
     """
-    hypotheses = 1 if options.greedy else options.beam_size
+    hypotheses = options.hypotheses
     return [(length + 1) * hypotheses for length in source_lengths]
 
 
@@ -85,17 +91,46 @@ class SearchOptions(DecodingConfig):
     """How to search: :class:`~transformer.search.DecodingConfig`'s settings and defaults, and these.
 
     Attributes:
-        nbest: hypotheses returned per sentence, best first (at most ``beam_size``).
+        nbest: hypotheses returned per sentence, best first (at most ``beam_size``); with
+            ``sampling``, the number of samples per sentence (any number).
         greedy: greedy search instead of beam search (no scores: they are NaN).
+        sampling: draw each output from the model's distribution instead of searching (see
+            ``transformer/sampling.py``), reshaped by ``topk``, ``topp`` and ``temperature``; a
+            sentence's samples depend on ``seed`` and the sentence only, never on its batch.
+        topk, topp, temperature, seed: :class:`~transformer.sampling.SamplingConfig`'s (0, 1.0,
+            1.0, 0): the k most likely tokens only (0: all), the nucleus of mass p, the
+            temperature, and the seed.
     """
 
     nbest: int = 1
     greedy: bool = False
+    sampling: bool = False
+    topk: int = 0
+    topp: float = 1.0
+    temperature: float = 1.0
+    seed: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not 1 <= self.nbest <= (1 if self.greedy else self.beam_size):
+        _ = self.sampling_config  # SamplingConfig checks topk, topp and temperature
+        if self.greedy and self.sampling:
+            raise ValueError("greedy and sampling exclude each other: choose one")
+        if self.sampling:
+            if self.nbest < 1:
+                raise ValueError(f"nbest={self.nbest}: the samples per sentence must be at least 1")
+        elif not 1 <= self.nbest <= (1 if self.greedy else self.beam_size):
             raise ValueError(f"nbest={self.nbest} must be between 1 and the beam size")
+
+    @property
+    def sampling_config(self) -> SamplingConfig:
+        return SamplingConfig(self.topk, self.topp, self.temperature, self.seed)
+
+    @property
+    def hypotheses(self) -> int:
+        """Rows of decoder state per sentence: the beam, the samples, or 1 for greedy search."""
+        if self.sampling:
+            return self.nbest
+        return 1 if self.greedy else self.beam_size
 
 
 @dataclass
@@ -115,31 +150,69 @@ class Translation:
     log_prob: float
 
 
-def search_batch(
-    model: Transformer, job: tuple[Tensor, SearchOptions, int, int]
-) -> list[list[tuple[list[int], float, float]]]:
+# One batch to search: src [batch, src_len] with EOS, right-padded; the options; BOS and EOS ids;
+# per sentence its forced target prefix, or None.
+SearchJob = tuple[Tensor, "SearchOptions", int, int, list[list[int]] | None]
+
+
+def search_batch(model: Transformer | Ensemble, job: SearchJob) -> list[list[tuple[list[int], float, float]]]:
     """One batch's search, as a :class:`~translation.workers.WorkerPool` job or in-process.
 
     Args:
-        model: the model, in eval mode.
-        job: ``(src, options, bos_id, eos_id)``, src [batch, src_len] with EOS, right-padded.
+        model: the model or ensemble, in eval mode.
+        job: ``(src, options, bos_id, eos_id, prefixes)`` (:data:`SearchJob`).
 
     Returns:
         Per sentence, ``(tokens, score, log_prob)`` of up to ``options.nbest`` hypotheses, best first
         (NaN scores for greedy search).
     """
-    src, options, bos_id, eos_id = job
-    common = dict(bos_id=bos_id, eos_id=eos_id, max_len_a=options.max_len_a, max_len_b=options.max_len_b)
+    src, options, bos_id, eos_id, prefixes = job
+    common = dict(
+        bos_id=bos_id,
+        eos_id=eos_id,
+        max_len_a=options.max_len_a,
+        max_len_b=options.max_len_b,
+        min_len=options.min_len,
+        no_repeat_ngram=options.no_repeat_ngram,
+        prefixes=prefixes,
+    )
     # Inference mode, not only no_grad: no version counters or view tracking on the ~1,000 small
-    # tensor operations of every decoding step (BENCHMARKS.md, "Translation speed within the
-    # memory target"); the same kernels, so the same outputs.
+    # tensor operations of every decoding step; the same kernels, so the same outputs.
     with torch.inference_mode():
         if options.greedy:
             return [[(out, math.nan, math.nan)] for out in greedy_search(model, src, **common)]
-        hyps = beam_search(
-            model, src, beam_size=options.beam_size, nbest=options.nbest, alpha=options.alpha, **common
-        )
+        if options.sampling:
+            hyps = sample(
+                model,
+                src,
+                config=options.sampling_config,
+                nsamples=options.nbest,
+                alpha=options.alpha,
+                **common,
+            )
+        else:
+            hyps = beam_search(
+                model, src, beam_size=options.beam_size, nbest=options.nbest, alpha=options.alpha, **common
+            )
     return [[(h.tokens, h.score, h.log_prob) for h in per_sentence] for per_sentence in hyps]
+
+
+@dataclass
+class Score:
+    """A given target's log-probability under the model (forced decoding).
+
+    Attributes:
+        log_prob: the sum over the target's tokens, EOS included.
+        tokens: how many: the target's subwords plus EOS.
+    """
+
+    log_prob: float
+    tokens: int
+
+    @property
+    def mean(self) -> float:
+        """Per token: minus the training NLL of the pair without label smoothing."""
+        return self.log_prob / self.tokens
 
 
 def _source_prefix(target_tags: dict[str, str], target_lang: str | None, tgt_lang: str) -> str:
@@ -160,7 +233,8 @@ class Translator:
     """A model in eval mode with its tokenizers: sentences in, ranked translations out.
 
     Args:
-        model: the Transformer; put in eval mode and moved to ``device``.
+        model: the Transformer, or an :class:`~transformer.ensemble.Ensemble` of several; put in
+            eval mode and moved to ``device``.
         src_tokenizer: source subword model.
         tgt_tokenizer: target subword model (the same object for a joint vocabulary).
         bos_id, eos_id: target begin/end-of-sentence ids.
@@ -178,7 +252,7 @@ class Translator:
 
     def __init__(
         self,
-        model: Transformer,
+        model: Transformer | Ensemble,
         src_tokenizer: Tokenizer,
         tgt_tokenizer: Tokenizer,
         bos_id: int,
@@ -222,52 +296,79 @@ class Translator:
             ValueError: ``device`` is not a device name or not available here; ``target_lang``
                 missing for a model of several languages, or not one of them (naming them).
         """
+        return cls.from_checkpoints([path], device=device, dtype=dtype, target_lang=target_lang)
+
+    @classmethod
+    def from_checkpoints(
+        cls,
+        paths: Sequence[str | os.PathLike],
+        weights: Sequence[float] | None = None,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        target_lang: str | None = None,
+    ) -> Translator:
+        """The translator of an ensemble of checkpoints: every search step (and :meth:`score`)
+        uses the weighted mean of their log-probabilities (``transformer/ensemble.py``).
+
+        Args:
+            paths: one or more ``.ckpt`` files with one SentencePiece model (each side), special
+                ids and target languages; their models may differ in size and attention.
+            weights: one per checkpoint, normalised to sum to 1; default equal.
+            device, dtype, target_lang: as in :meth:`from_checkpoint`.
+
+        Raises:
+            CheckpointError: a file is not a usable checkpoint, or two checkpoints do not fit
+                together (the message names both and what differs).
+            ValueError: as in :meth:`from_checkpoint`; weights that do not fit the checkpoints.
+        """
+        if not paths:
+            raise ValueError("an ensemble needs at least one checkpoint")
+        if weights is not None and len(weights) != len(paths):
+            raise ValueError(f"{len(weights)} weights for {len(paths)} checkpoints")
         device = resolve_device(device)  # before reading: a wrong device is reported at once
-        loaded = load_checkpoint(path, dtype)
+        loaded = [load_checkpoint(path, dtype) for path in paths]
+        for path, other in zip(paths[1:], loaded[1:], strict=True):
+            _check_ensemble_member(Path(paths[0]), loaded[0], Path(path), other)
+        first = loaded[0]
         return cls(
-            loaded.model,
-            loaded.src_tokenizer,
-            loaded.tgt_tokenizer,
-            bos_id=loaded.bos_id,
-            eos_id=loaded.eos_id,
+            Ensemble([c.model for c in loaded], weights) if len(loaded) > 1 else first.model,
+            first.src_tokenizer,
+            first.tgt_tokenizer,
+            bos_id=first.bos_id,
+            eos_id=first.eos_id,
             device=device,
-            src_lang=loaded.src_lang,
-            tgt_lang=loaded.tgt_lang,
-            target_tags=loaded.target_tags,
+            src_lang=first.src_lang,
+            tgt_lang=first.tgt_lang,
+            target_tags=first.target_tags,
             target_lang=target_lang,
         )
+
+    @property
+    def first_model(self) -> Transformer:
+        """The model, or an ensemble's first (its attention is the one that is plotted)."""
+        return self.model.members[0] if isinstance(self.model, Ensemble) else self.model
 
     @property
     def max_source_tokens(self) -> int:
         """Most subwords a source may have: EOS takes the last of the model's positions."""
         return self.model.cfg.max_positions - 1
 
-    def encode_sources(self, texts: Sequence[str], name: str = "<input>") -> list[list[int]]:
+    def encode_sources(
+        self, texts: Sequence[str], name: str = "<input>", first_line: int = 1
+    ) -> list[list[int]]:
         """Source subword ids (no EOS), one list per text; too long ones cropped with a warning.
 
         Line-break characters inside a text are read as spaces. A text with no subwords (empty or
         whitespace) gives an empty list.
 
         Args:
-            texts: ``n`` sentences; warnings name them as line ``i + 1`` of ``name``.
+            texts: ``n`` sentences; warnings name them as line ``first_line + i`` of ``name``.
             name: the input's name, for warnings.
+            first_line: the line number of ``texts[0]`` (a later part of a stream).
         """
         # The target language's tag goes before each sentence; an empty one stays empty (no output).
         ids = self.src_tokenizer.encode([self.src_prefix + one_line(t) if t.strip() else t for t in texts])
-        limit = self.max_source_tokens
-        for number, seq in enumerate(ids, start=1):
-            if len(seq) > limit:
-                logger.warning(
-                    "%s line %d: %d subword tokens, cropped to the first %d (the model's max_positions "
-                    "is %d, one of them for </s>)",
-                    name,
-                    number,
-                    len(seq),
-                    limit,
-                    self.model.cfg.max_positions,
-                )
-                del seq[limit:]
-        return ids
+        return [self._cropped(seq, name, number) for number, seq in enumerate(ids, start=first_line)]
 
     def _batch(self, sources: list[list[int]]) -> Tensor:
         """Sources plus EOS, right-padded: [batch, longest + 1] on the device."""
@@ -283,6 +384,7 @@ class Translator:
         max_tokens: int = DEFAULT_MAX_TOKENS,
         progress: Callable[[int], None] | None = None,
         pool: WorkerPool | None = None,
+        prefixes: Sequence[list[int]] | None = None,
     ) -> list[list[Translation]]:
         """Translate subword sources in batches of at most ``max_tokens`` padded hypothesis tokens.
 
@@ -294,6 +396,8 @@ class Translator:
             progress: called with the number of sentences finished after each batch.
             pool: worker processes that search the batches (each with its own copy of this
                 model); None searches here.
+            prefixes: ``n`` target id lists (:meth:`encode_prefixes`): each output starts with
+                its sentence's ([] forces nothing); None: none.
 
         Returns:
             ``n`` lists of up to ``options.nbest`` translations, best first, in input order; an
@@ -307,8 +411,16 @@ class Translator:
                 hypothesis_widths([len(sources[i]) for i in todo], options), max_tokens
             )
         ]
+        if prefixes is not None and len(prefixes) != len(sources):
+            raise ValueError(f"{len(prefixes)} prefixes for {len(sources)} sources")
         jobs = (
-            (self._batch([sources[i] for i in indices]), options, self.bos_id, self.eos_id)
+            (
+                self._batch([sources[i] for i in indices]),
+                options,
+                self.bos_id,
+                self.eos_id,
+                None if prefixes is None else [list(prefixes[i]) for i in indices],
+            )
             for indices in batches
         )
         if pool is None:
@@ -332,6 +444,7 @@ class Translator:
         texts: Sequence[str],
         options: SearchOptions | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
+        prefixes: Sequence[str] | None = None,
         **search: Any,
     ) -> list[str]:
         """The best translation of each text: one per text, in order, as ``translate.py`` gives.
@@ -343,6 +456,7 @@ class Translator:
             texts: ``n`` sentences.
             options: search settings (default: ``SearchOptions()``).
             max_tokens: budget per batch, as in :meth:`translate_ids`.
+            prefixes: ``n`` texts each translation must start with ("" forces nothing).
             **search: :class:`SearchOptions` fields by name, over ``options``, e.g.
                 ``beam_size=4``, ``alpha=1.0``, ``greedy=True``, ``max_len_b=50``.
 
@@ -354,7 +468,8 @@ class Translator:
             ValueError: settings :class:`SearchOptions` refuses (e.g. ``beam_size=0``).
         """
         options = replace(options or SearchOptions(), **search)
-        found = self.translate_ids(self.encode_sources(texts), options, max_tokens)
+        forced = None if prefixes is None else self.encode_prefixes(prefixes)
+        found = self.translate_ids(self.encode_sources(texts), options, max_tokens, prefixes=forced)
         return [hyps[0].text if hyps else "" for hyps in found]
 
     @torch.no_grad()
@@ -372,7 +487,7 @@ class Translator:
         """
         src = torch.tensor([source + [self.eos_id]], device=self.device)  # (1, S)
         tgt_in = torch.tensor([[self.bos_id] + output], device=self.device)  # (1, T)
-        return [w[0].float().cpu() for w in self.model.cross_attention_weights(src, tgt_in)]
+        return [w[0].float().cpu() for w in self.first_model.cross_attention_weights(src, tgt_in)]
 
     @torch.no_grad()
     def encoder_attention(self, source: list[int]) -> list[Tensor]:
@@ -383,4 +498,110 @@ class Translator:
             and column: ``</s>``).
         """
         src = torch.tensor([source + [self.eos_id]], device=self.device)  # (1, S)
-        return [w[0].float().cpu() for w in self.model.encoder_attention_weights(src)]
+        return [w[0].float().cpu() for w in self.first_model.encoder_attention_weights(src)]
+
+    def encode_prefixes(
+        self, texts: Sequence[str], name: str = "<prefix>", first_line: int = 1
+    ) -> list[list[int]]:
+        """Target subword ids of forced output prefixes, one list per text ([] for an empty one).
+
+        Too long ones are cropped to the model's positions with a warning naming line
+        ``first_line + i`` of ``name``.
+        """
+        ids = self.tgt_tokenizer.encode([one_line(t) if t.strip() else "" for t in texts])
+        return [self._cropped(seq, name, number) for number, seq in enumerate(ids, start=first_line)]
+
+    def _cropped(self, seq: list[int], name: str, number: int) -> list[int]:
+        """``seq`` cut to :attr:`max_source_tokens` ids, with a warning naming line ``number`` of ``name``."""
+        limit = self.max_source_tokens
+        if len(seq) > limit:
+            logger.warning(
+                "%s line %d: %d subword tokens, cropped to the first %d (the model's max_positions "
+                "is %d, one of them for </s>)",
+                name,
+                number,
+                len(seq),
+                limit,
+                self.model.cfg.max_positions,
+            )
+            del seq[limit:]
+        return seq
+
+    @torch.no_grad()
+    def score_ids(
+        self,
+        sources: Sequence[list[int]],
+        targets: Sequence[list[int]],
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        progress: Callable[[int], None] | None = None,
+    ) -> list[Score]:
+        """Forced decoding: each target's log-probability given its source (``transformer/scoring.py``).
+
+        Args:
+            sources: ``n`` source id lists without EOS (:meth:`encode_sources`).
+            targets: ``n`` target id lists without BOS and EOS (:meth:`encode_targets`).
+            max_tokens: budget per batch of sentences * (longest source + longest target + 2).
+            progress: called with the number of pairs scored after each batch.
+
+        Returns:
+            ``n`` scores in input order; every pair is scored, an empty source or target too
+            (EOS alone).
+        """
+        if len(sources) != len(targets):
+            raise ValueError(f"{len(sources)} sources for {len(targets)} targets")
+        results: list[Score | None] = [None] * len(sources)
+        widths = [len(s) + len(t) + 2 for s, t in zip(sources, targets, strict=True)]
+        for batch in longest_first_batches(widths, max_tokens):
+            src = self._batch([sources[i] for i in batch])
+            longest = max(len(targets[i]) for i in batch) + 1
+            tgt_in = torch.full((len(batch), longest), self.pad_id, device=self.device)
+            tgt_out = torch.full((len(batch), longest), self.pad_id, device=self.device)
+            for row, i in enumerate(batch):
+                target = targets[i]
+                tgt_in[row, : len(target) + 1] = torch.tensor([self.bos_id, *target])
+                tgt_out[row, : len(target) + 1] = torch.tensor([*target, self.eos_id])
+            with torch.inference_mode():
+                sums = target_log_probs(self.model, src, tgt_in, tgt_out).double().sum(dim=1)
+            for row, i in enumerate(batch):
+                results[i] = Score(float(sums[row]), len(targets[i]) + 1)
+            if progress is not None:
+                progress(len(batch))
+        return [r for r in results if r is not None]
+
+    def encode_targets(
+        self, texts: Sequence[str], name: str = "<targets>", first_line: int = 1
+    ) -> list[list[int]]:
+        """Target subword ids (no BOS or EOS) of given translations, cropped as prefixes are."""
+        ids = self.tgt_tokenizer.encode([one_line(t) for t in texts])
+        return [self._cropped(seq, name, number) for number, seq in enumerate(ids, start=first_line)]
+
+    def score(
+        self, sources: Sequence[str], targets: Sequence[str], max_tokens: int = DEFAULT_MAX_TOKENS
+    ) -> list[Score]:
+        """Each target's log-probability as the translation of its source, one per pair, in order.
+
+        Sources are encoded as :meth:`translate` encodes them (a target language's tag
+        included); line breaks inside a text are read as spaces.
+        """
+        return self.score_ids(self.encode_sources(sources), self.encode_targets(targets), max_tokens)
+
+
+def _check_ensemble_member(
+    first_path: Path, first: InferenceCheckpoint, path: Path, other: InferenceCheckpoint
+) -> None:
+    """Refuses a checkpoint that cannot be searched together with the first one, naming both."""
+    differences = []
+    for side in ("src_tokenizer", "tgt_tokenizer"):
+        if getattr(first, side).fingerprint != getattr(other, side).fingerprint:
+            differences.append(f"their {side[:3]} SentencePiece models differ")
+    for key in ("bos_id", "eos_id", "target_tags"):
+        if getattr(first, key) != getattr(other, key):
+            differences.append(f"{key} {getattr(first, key)!r} != {getattr(other, key)!r}")
+    for key in ("src_vocab_size", "tgt_vocab_size", "pad_id"):
+        if getattr(first.model.cfg, key) != getattr(other.model.cfg, key):
+            differences.append(f"{key} {getattr(first.model.cfg, key)} != {getattr(other.model.cfg, key)}")
+    if differences:
+        raise CheckpointError(
+            f"{first_path} and {path} cannot be ensembled: {'; '.join(differences)} "
+            "(an ensemble's checkpoints must share their vocabularies)"
+        )

@@ -92,11 +92,11 @@ def test_results_come_back_with_their_index(translator: Translator, pool: Worker
 
 
 def test_an_error_in_a_worker_reaches_the_caller(pool: WorkerPool) -> None:
-    bad_job = (torch.tensor([[5, 6, 3]]), SearchOptions(), 2)  # eos_id missing
+    bad_job = (torch.tensor([[5, 6, 3]]), SearchOptions(), 2, 3)  # the prefixes missing
     with pytest.raises(ValueError, match="not enough values to unpack"):
         list(pool.imap_unordered(search_batch, [bad_job]))
     # The pool still works afterwards.
-    good_job = (torch.tensor([[5, 6, 3]]), SearchOptions(greedy=True), 2, 3)
+    good_job = (torch.tensor([[5, 6, 3]]), SearchOptions(greedy=True), 2, 3, None)
     assert [i for i, _ in pool.imap_unordered(search_batch, [good_job])] == [0]
 
 
