@@ -2,9 +2,11 @@
 
 Benchmarks are scripts, not tests: each prints the exact configuration and machine it ran on
 (:func:`environment`) and a small table (:func:`print_table`), and writes the same figures as JSON
-under ``bench/results/`` (:func:`write_json`, gitignored). Every script times with :func:`timed`
-(or :func:`run_measured` for a whole child process) and reads memory with :func:`peak_rss_mib`
-and :func:`rss_mib`, so that a figure means the same thing in every script.
+under ``bench/results/`` (:func:`write_json`, gitignored). A call is timed with :func:`timed`, a
+whole child process with :func:`run_measured` (wall time and peak resident memory), and this
+process's memory read with :func:`peak_rss_mib` and :func:`rss_mib`, so that a figure means the
+same thing in every script; only spans that must synchronise a GPU, or poll a child against a time
+limit (``attention_runs.py``), keep a clock of their own.
 """
 
 from __future__ import annotations
