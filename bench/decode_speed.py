@@ -132,15 +132,14 @@ def run_workload(
         for name in order:
             if is_slow(name) and rep >= slow_reps:
                 continue
-            out: list[list[int]] = []
-            start = time.perf_counter()
-            if getattr(systems[name], "whole_workload", False):
-                out = systems[name](batches, beam)
+            system = systems[name]
+            if getattr(system, "whole_workload", False):
+                seconds, outputs[name] = timed(lambda system=system: system(batches, beam))
             else:
-                for batch in batches:
-                    out.extend(systems[name](batch, beam))
-            times[name].append(time.perf_counter() - start)
-            outputs[name] = out
+                seconds, outputs[name] = timed(
+                    lambda system=system: [out for batch in batches for out in system(batch, beam)]
+                )
+            times[name].append(seconds)
         print(
             f"  rep {rep + 1}/{reps}: " + ", ".join(f"{n} {t[-1]:.2f}s" for n, t in times.items() if t),
             flush=True,

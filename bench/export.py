@@ -35,7 +35,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -80,10 +79,9 @@ def run_export(checkpoint: Path, out: Path, fmt: str, quantization: str | None =
     cmd = [sys.executable, "-m", "translation.export", "--checkpoint", str(checkpoint)]
     cmd += ["--format", fmt, "--output", str(out), "--force"]
     cmd += ["--quantization", quantization] if quantization else []
-    start = time.perf_counter()
-    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
+    seconds, _ = timed(lambda: subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True))
     size = sum(f.stat().st_size for f in out.iterdir()) / 2**20
-    print(f"  {' '.join(cmd[1:])}: {time.perf_counter() - start:.1f} s, {size:.1f} MiB", flush=True)
+    print(f"  {' '.join(cmd[1:])}: {seconds:.1f} s, {size:.1f} MiB", flush=True)
     return out
 
 

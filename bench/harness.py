@@ -5,8 +5,8 @@ Benchmarks are scripts, not tests: each prints the exact configuration and machi
 under ``bench/results/`` (:func:`write_json`, gitignored). A call is timed with :func:`timed`, a
 whole child process with :func:`run_measured` (wall time and peak resident memory), and this
 process's memory read with :func:`peak_rss_mib` and :func:`rss_mib`, so that a figure means the
-same thing in every script; only spans that must synchronise a GPU, or poll a child against a time
-limit (``attention_runs.py``), keep a clock of their own.
+same thing in every script. A span that is not one call keeps a clock of its own: a GPU
+synchronised around it, a child polled against a time limit, a warm-up that may fail, a whole run.
 """
 
 from __future__ import annotations
