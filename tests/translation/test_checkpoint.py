@@ -129,20 +129,6 @@ def test_joint_vocabulary_is_stored_once(tmp_path: Path, protos: dict[str, bytes
     assert translator.model.src_embed is translator.model.tgt_embed
 
 
-def test_inference_fields_reads_model_files(tmp_path: Path, protos: dict[str, bytes]) -> None:
-    (tmp_path / "src.model").write_bytes(protos["src"])
-    fields = inference_fields(tmp_path / "src.model", str(tmp_path / "src.model"), "de", "en")
-    assert fields["src_spm"] == protos["src"] and fields["tgt_spm"] is None
-
-
-def test_inference_fields_refuses_other_special_ids(protos: dict[str, bytes]) -> None:
-    foreign = train_word_spm(TGT_TEXT, project_ids=False)
-    with pytest.raises(ValueError, match="target tokenizer: .*pad/unk/bos/eos ids"):
-        inference_fields(protos["src"], foreign, "de", "en")
-    with pytest.raises(ValueError, match="source tokenizer: not a SentencePiece model"):
-        inference_fields(b"not a model", None, "de", "en")
-
-
 def test_training_checkpoint_extras_are_ignored(good: Path, tmp_path: Path) -> None:
     # What Lightning adds (loop and optimizer state) and weights outside the model do not matter.
     checkpoint = torch.load(good, map_location="cpu", weights_only=True)
