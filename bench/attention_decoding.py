@@ -24,14 +24,20 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python bench/x.py` without installing the project
     sys.path.insert(0, str(ROOT))
 
-from bench.common import environment, print_config, print_table, set_threads, write_json  # noqa: E402
+from bench.harness import (  # noqa: E402
+    environment,
+    print_config,
+    print_table,
+    set_threads,
+    timed,
+    write_json,
+)
 
 MECHANISMS = ("softmax", "linear", "performer", "local", "lsh")
 
@@ -83,11 +89,10 @@ def run_steps(layer, steps: int, d_model: int, times: list | None = None, sizes:
         state = layer.mechanism.new_state(steps)
         x = torch.randn(1, 1, d_model)
         for _ in range(steps):
-            start = time.perf_counter()
-            out, _ = layer.self_attention(x, causal=True, cache=state)
+            seconds, (out, _) = timed(lambda x=x: layer.self_attention(x, causal=True, cache=state))
             x = F.layer_norm(out, (d_model,))
             if times is not None:
-                times.append(time.perf_counter() - start)
+                times.append(seconds)
             if sizes is not None:
                 sizes.append(state_bytes(state))
 

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -70,7 +69,7 @@ from bench.attention_runs import (  # noqa: E402
     save_figure,
     timing_description,
 )
-from bench.common import environment, print_config, print_table, set_threads, version, write_json  # noqa: E402
+from bench.harness import environment, median, print_config, print_table, set_threads, version, write_json  # noqa: E402
 from bench.lucidrains import (  # noqa: E402
     CAUSAL,
     CORES,
@@ -172,8 +171,8 @@ def merge_runs(runs: list[list[dict]]) -> list[dict]:
             continue
         entry = {
             **ok[0],
-            "seconds": statistics.median(r["seconds"] for r in ok),
-            "peak_mib": statistics.median(r["peak_mib"] for r in ok),
+            "seconds": median(r["seconds"] for r in ok),
+            "peak_mib": median(r["peak_mib"] for r in ok),
             "runs": len(ok),
             "run_seconds": {r["run"]: r["seconds"] for r in ok},
         }
@@ -182,10 +181,10 @@ def merge_runs(runs: list[list[dict]]) -> list[dict]:
             speeds = {r["run"]: r["in_turn"]["speed"] for r in in_turn}
             entry["in_turn"] = {
                 "status": "ok",
-                "speed": statistics.median(speeds.values()),
+                "speed": median(speeds.values()),
                 "run_speeds": speeds,
                 **{
-                    key: statistics.median(r["in_turn"][key] for r in in_turn)
+                    key: median(r["in_turn"][key] for r in in_turn)
                     for key in ("ours_seconds", "theirs_seconds")
                     if all(key in r["in_turn"] for r in in_turn)
                 },

@@ -17,7 +17,6 @@ import json
 import os
 import resource
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench.common import ROOT, add_json_option, median, peak_rss_mib, rss_mib
+from bench.harness import ROOT, add_json_option, median, peak_rss_mib, rss_mib
 
 if TYPE_CHECKING:  # torch is imported where it is used (the parent stays small)
     from torch import Tensor, nn
@@ -133,9 +132,9 @@ def measure_in_turn(built: dict[str, tuple], spec: dict) -> dict:
         spent += sum(pairs[-1])
     return {
         "status": "ok",
-        "speed": statistics.median(theirs / ours for ours, theirs in pairs),
-        "ours_seconds": statistics.median(ours for ours, _ in pairs),
-        "theirs_seconds": statistics.median(theirs for _, theirs in pairs),
+        "speed": median(theirs / ours for ours, theirs in pairs),
+        "ours_seconds": median(ours for ours, _ in pairs),
+        "theirs_seconds": median(theirs for _, theirs in pairs),
         "pairs": len(pairs),
     }
 

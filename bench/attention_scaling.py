@@ -57,7 +57,7 @@ from bench.attention_runs import (  # noqa: E402
     timing_description,
     with_exact_memory,
 )
-from bench.common import environment, print_config, print_table, set_threads, write_json  # noqa: E402
+from bench.harness import environment, print_config, print_table, set_threads, write_json  # noqa: E402
 
 MECHANISMS = ("sdpa", "written", "softmax", "linear", "performer", "local", "atrous", "sparse", "lsh")
 MECHANISMS += ("linformer", "nystrom")

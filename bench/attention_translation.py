@@ -34,14 +34,19 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python bench/x.py` without installing the project
     sys.path.insert(0, str(ROOT))
 
-from bench.common import environment, print_config, print_table, write_json  # noqa: E402
+from bench.harness import (  # noqa: E402
+    environment,
+    print_config,
+    print_table,
+    run_measured,
+    write_json,
+)
 from transformer.mechanisms import REFUSED  # noqa: E402
 
 RUN_RECORD = "bench_run.json"  # written by this script into each run directory
@@ -126,18 +131,15 @@ def run_one(label: str, role: str | None, mechanism: str | None, args: argparse.
     run_dir.mkdir(parents=True, exist_ok=True)
     command = train_command(role, mechanism, run_dir, args)
     print(f"-- {label}: {' '.join(command[1:])}", flush=True)
-    start = time.perf_counter()
     with (run_dir / "bench_stdout.log").open("w") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        proc, wall, peak = run_measured(command, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     record = {
         "label": label,
         "role": role,
         "mechanism": mechanism or "softmax",
         "run_dir": str(run_dir),
-        "wall_s": time.perf_counter() - start,
-        "peak_rss_mib": usage.ru_maxrss / 1024,  # KiB on Linux
+        "wall_s": wall,
+        "peak_rss_mib": peak,
         "exit_code": proc.returncode,
     }
     results_path = run_dir / "results.json"

@@ -20,14 +20,21 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python bench/x.py` without installing the project
     sys.path.insert(0, str(ROOT))
 
-from bench.common import environment, median, print_config, print_table, set_threads, write_json  # noqa: E402
+from bench.harness import (  # noqa: E402
+    environment,
+    median,
+    print_config,
+    print_table,
+    set_threads,
+    timed,
+    write_json,
+)
 
 
 def cross_mechanisms() -> list[str]:
@@ -63,15 +70,13 @@ def step_times(name: str, args: argparse.Namespace) -> dict:
     src_mask = torch.ones(1, 1, 1, args.source_length, dtype=torch.bool)
     times = []
     with torch.inference_mode():
-        start = time.perf_counter()
-        state = model.start_decoding(memory, src_mask, max_steps=args.steps + args.warmup)
-        start_s = time.perf_counter() - start
+        steps = args.steps + args.warmup
+        start_s, state = timed(lambda: model.start_decoding(memory, src_mask, max_steps=steps))
         token = torch.tensor([1])
         for step in range(args.warmup + args.steps):
-            begin = time.perf_counter()
-            logits = model.decode_step(token, state)
+            seconds, logits = timed(lambda token=token: model.decode_step(token, state))
             if step >= args.warmup:
-                times.append(time.perf_counter() - begin)
+                times.append(seconds)
             token = logits.argmax(-1)
     return {"step_ms": [t * 1e3 for t in times], "median_step_ms": median(times) * 1e3, "start_s": start_s}
 

@@ -32,7 +32,17 @@ import sys
 import time
 from pathlib import Path
 
-from common import MULTI30K_DIR, ROOT, environment, peak_rss_mib, print_config, print_table, write_json
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as `python bench/x.py`
+from bench.harness import (  # noqa: E402
+    MULTI30K_DIR,
+    ROOT,
+    environment,
+    peak_rss_mib,
+    print_config,
+    print_table,
+    timed,
+    write_json,
+)
 
 STAGES = ("read", "filter", "sentencepiece", "tokenize", "bucket")
 
@@ -42,7 +52,6 @@ def make_corpus(source_dir: Path, out_dir: Path, pairs: int, src_lang: str, tgt_
 
     Validation and test files are copied unchanged. Written 100,000 lines at a time.
     """
-    sys.path.insert(0, str(ROOT))
     from data.corpus import find_split_file
     from data.lines import LineMode, read_lines
 
@@ -74,15 +83,9 @@ def _datamodule(data_dir: str, cache_dir: str, overrides: list[str]):  # noqa: A
 def child_start(data_dir: str, cache_dir: str, started: float) -> dict:
     """One start in this process: prepare (or reuse), set up, bucket, first training batch."""
     dm = _datamodule(data_dir, cache_dir, [])
-    tick = time.perf_counter()
-    dm.prepare_data()
-    dm.setup("fit")
-    setup_s = time.perf_counter() - tick
+    setup_s, _ = timed(lambda: (dm.prepare_data(), dm.setup("fit")))
     seconds = dict(dm.stage_seconds)
-    tick = time.perf_counter()
-    sampler = dm.batch_sampler("train")
-    n_batches = len(list(sampler))
-    seconds["bucket"] = time.perf_counter() - tick
+    seconds["bucket"], n_batches = timed(lambda: len(list(dm.batch_sampler("train"))))
     next(iter(dm.train_dataloader()))
     return {
         "seconds": seconds,
@@ -151,9 +154,7 @@ def run_size(pairs: int, args: argparse.Namespace) -> dict:
     work = Path(args.work_dir) / f"pairs_{pairs}"
     shutil.rmtree(work, ignore_errors=True)
     corpus, cache = work / "corpus", work / "cache"
-    tick = time.perf_counter()
-    make_corpus(Path(args.corpus_dir), corpus, pairs, args.src_lang, args.tgt_lang)
-    made = time.perf_counter() - tick
+    made, _ = timed(lambda: make_corpus(Path(args.corpus_dir), corpus, pairs, args.src_lang, args.tgt_lang))
     text_mib = sum(p.stat().st_size for p in corpus.glob("train.*")) / 2**20
     print(f"{pairs:,} pairs: corpus written in {made:.0f} s ({text_mib:,.0f} MiB of text)", flush=True)
     common = [str(corpus), str(cache)]

@@ -67,7 +67,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from bench.common import (  # noqa: E402
+from bench.decoding_systems import (  # noqa: E402
+    EOS,
+    Batch,
+    batches_of,
+    cache_flops,
+    is_slow,
+    make_systems,
+    output_limit,
+    placeholder_vocabulary,
+)
+from bench.harness import (  # noqa: E402
     MULTI30K_DIR,
     add_json_option,
     environment,
@@ -80,17 +90,8 @@ from bench.common import (  # noqa: E402
     reset_peak_rss,
     rss_mib,
     set_threads,
+    timed,
     write_json,
-)
-from bench.decoding_systems import (  # noqa: E402
-    EOS,
-    Batch,
-    batches_of,
-    cache_flops,
-    is_slow,
-    make_systems,
-    output_limit,
-    placeholder_vocabulary,
 )
 from transformer import Transformer, TransformerConfig  # noqa: E402
 from translation.export.ctranslate2 import to_ctranslate2  # noqa: E402
@@ -131,15 +132,14 @@ def run_workload(
         for name in order:
             if is_slow(name) and rep >= slow_reps:
                 continue
-            out: list[list[int]] = []
-            start = time.perf_counter()
-            if getattr(systems[name], "whole_workload", False):
-                out = systems[name](batches, beam)
+            system = systems[name]
+            if getattr(system, "whole_workload", False):
+                seconds, outputs[name] = timed(lambda system=system: system(batches, beam))
             else:
-                for batch in batches:
-                    out.extend(systems[name](batch, beam))
-            times[name].append(time.perf_counter() - start)
-            outputs[name] = out
+                seconds, outputs[name] = timed(
+                    lambda system=system: [out for batch in batches for out in system(batch, beam)]
+                )
+            times[name].append(seconds)
         print(
             f"  rep {rep + 1}/{reps}: " + ", ".join(f"{n} {t[-1]:.2f}s" for n, t in times.items() if t),
             flush=True,
@@ -281,9 +281,7 @@ def memory_child(checkpoint: str, threads: int, beam: int, limit: int = 0) -> No
     translator.translate(texts[:32], SearchOptions(beam_size=beam))  # warm-up
     loaded = rss_mib()
     reset = reset_peak_rss()
-    start = time.perf_counter()
-    translator.translate(texts, SearchOptions(beam_size=beam))
-    seconds = time.perf_counter() - start
+    seconds, _ = timed(lambda: translator.translate(texts, SearchOptions(beam_size=beam)))
     peak = peak_rss_mib()
     # The same with `threads` single-thread worker processes (translate.py --workers), start-up included.
     start = time.perf_counter()

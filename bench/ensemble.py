@@ -16,22 +16,22 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import (
+from bench.harness import (  # noqa: E402,I001
     MULTI30K_DIR,
     environment,
     print_config,
     print_table,
     read_gz_lines,
     set_threads,
+    timed,
     write_json,
-)  # noqa: E402,I001
+)
+from common.metrics import corpus_scores  # noqa: E402
 from training.averaging import average_checkpoints  # noqa: E402
-from translation.metrics import corpus_scores  # noqa: E402
 from translation.translator import SearchOptions, Translator  # noqa: E402
 
 
@@ -76,9 +76,9 @@ def main() -> None:
         rows, results = [], {}
         for name, make in systems.items():
             translator = make()
-            start = time.perf_counter()
-            hyps = translator.translate(sources, SearchOptions(beam_size=args.beam_size))
-            seconds = time.perf_counter() - start
+            seconds, hyps = timed(
+                lambda t=translator: t.translate(sources, SearchOptions(beam_size=args.beam_size))
+            )
             scores = corpus_scores(hyps, references)
             results[name] = {"bleu": scores.bleu, "chrf": scores.chrf, "seconds": seconds}
             rows.append([name, f"{scores.bleu:.2f}", f"{scores.chrf:.2f}", f"{seconds:.1f}"])

@@ -35,7 +35,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -44,7 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import sentencepiece as spm  # noqa: E402
 import torch  # noqa: E402
 
-from bench.common import (  # noqa: E402
+from bench.ct2_worker import CT2Worker  # noqa: E402
+from bench.harness import (  # noqa: E402
     MULTI30K_DIR,
     ROOT,
     add_json_option,
@@ -55,13 +55,13 @@ from bench.common import (  # noqa: E402
     print_table,
     read_gz_lines,
     set_threads,
+    timed,
     write_json,
 )
-from bench.ct2_worker import CT2Worker  # noqa: E402
+from common.metrics import corpus_scores  # noqa: E402
 from data.batching import longest_first_batches  # noqa: E402
 from transformer.search import DecodingConfig  # noqa: E402
 from translation import SearchOptions, Translator  # noqa: E402
-from translation.metrics import corpus_scores  # noqa: E402
 from translation.translator import DEFAULT_MAX_TOKENS, hypothesis_widths  # noqa: E402
 
 BEAM = 5
@@ -79,10 +79,9 @@ def run_export(checkpoint: Path, out: Path, fmt: str, quantization: str | None =
     cmd = [sys.executable, "-m", "translation.export", "--checkpoint", str(checkpoint)]
     cmd += ["--format", fmt, "--output", str(out), "--force"]
     cmd += ["--quantization", quantization] if quantization else []
-    start = time.perf_counter()
-    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
+    seconds, _ = timed(lambda: subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True))
     size = sum(f.stat().st_size for f in out.iterdir()) / 2**20
-    print(f"  {' '.join(cmd[1:])}: {time.perf_counter() - start:.1f} s, {size:.1f} MiB", flush=True)
+    print(f"  {' '.join(cmd[1:])}: {seconds:.1f} s, {size:.1f} MiB", flush=True)
     return out
 
 
@@ -242,9 +241,8 @@ def main() -> None:
     names = list(systems)
     for rep in range(args.reps):
         for name in names[rep % len(names) :] + names[: rep % len(names)]:
-            start = time.perf_counter()
-            outputs[name] = systems[name]()
-            times[name].append(time.perf_counter() - start)
+            seconds, outputs[name] = timed(systems[name])
+            times[name].append(seconds)
         print(f"  rep {rep + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items()), flush=True)
     for system in ct2.values():
         system.worker.close()

@@ -22,7 +22,6 @@ Not a test: the figures depend on the machine. Results: BENCHMARKS.md, "Attentio
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 import traceback
@@ -34,7 +33,7 @@ import torch  # noqa: E402
 
 from bench.attention_runs import ROLES  # noqa: E402
 from bench.attention_scaling import MECHANISMS, QUADRATIC, _reference_modules  # noqa: E402
-from bench.common import add_json_option, environment, print_config, print_table, write_json  # noqa: E402
+from bench.harness import add_json_option, environment, median, print_config, print_table, write_json  # noqa: E402
 from transformer.mechanisms import REFUSED, AttentionConfig, build_mechanism  # noqa: E402
 
 LENGTHS = (1024, 2048, 4096, 8192, 16384)
@@ -99,7 +98,7 @@ def run_one(name: str, role: str, n: int, precision: str, args: argparse.Namespa
             if device.type == "cuda"
             else float("nan")
         )
-        return {"status": "ok", "ms": statistics.median(times) * 1e3, "peak_mib": peak}
+        return {"status": "ok", "ms": median(times) * 1e3, "peak_mib": peak}
     except torch.cuda.OutOfMemoryError:
         return {"status": "OOM"}
     except Exception as err:  # reported, not hidden: the row says what broke

@@ -31,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from bench.common import (  # noqa: E402
+from bench.export import ALPHA, BEAM, limit, run_export  # noqa: E402
+from bench.harness import (  # noqa: E402
     MULTI30K_DIR,
     add_json_option,
     environment,
@@ -41,10 +42,9 @@ from bench.common import (  # noqa: E402
     read_gz_lines,
     write_json,
 )
-from bench.export import ALPHA, BEAM, limit, run_export  # noqa: E402
+from common.metrics import corpus_scores  # noqa: E402
 from data.batching import longest_first_batches  # noqa: E402
 from translation import SearchOptions, Translator  # noqa: E402
-from translation.metrics import corpus_scores  # noqa: E402
 from translation.translator import DEFAULT_MAX_TOKENS, hypothesis_widths  # noqa: E402
 
 

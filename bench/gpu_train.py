@@ -75,7 +75,16 @@ from torch.utils.flop_counter import (  # noqa: E402
     sdpa_flop_count,
 )
 
-from bench.common import ROOT, environment, matmul_peak, median, print_config, print_table, write_json  # noqa: E402
+from bench.harness import (  # noqa: E402
+    ROOT,
+    environment,
+    matmul_peak,
+    median,
+    print_config,
+    print_table,
+    set_threads,
+    write_json,
+)
 from bench.train_speed import (  # noqa: E402
     BOS,
     EOS,
@@ -453,7 +462,7 @@ def main() -> None:
         parser.error(f"--warmup {args.warmup} < --batches {args.batches}: each batch must run once untimed")
 
     if args.threads:
-        torch.set_num_threads(args.threads)
+        set_threads(args.threads)
     # Every compiled configuration recompiles token_losses (one code object) for its own model
     # and shapes; torch's default limit of 8 would send the later ones back to eager.
     torch._dynamo.config.recompile_limit = 64

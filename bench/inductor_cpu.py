@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,7 +39,16 @@ configure_allocators()  # as train.py does, before torch is imported (training/m
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from bench.common import add_json_option, environment, median, print_config, print_table, write_json  # noqa: E402
+from bench.harness import (  # noqa: E402
+    add_json_option,
+    environment,
+    median,
+    print_config,
+    print_table,
+    set_threads,
+    timed,
+    write_json,
+)
 from transformer.cpu_kernels import Dropout  # noqa: E402
 
 D_MODEL, D_FF, P_DROP = 256, 1024, 0.2  # the recipe's model (conf/model/small.yaml, cpu_recipe.yaml)
@@ -129,9 +137,7 @@ def time_pair(
     times: tuple[list[float], list[float]] = ([], [])
     for _ in range(repeats):
         for fn, out in ((eager, times[0]), (compiled, times[1])):
-            start = time.perf_counter()
-            fn()
-            out.append((time.perf_counter() - start) * 1e3)
+            out.append(timed(fn)[0] * 1e3)
     return median(times[0]), median(times[1])
 
 
@@ -146,7 +152,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     add_json_option(parser, "inductor_cpu")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    set_threads(args.threads)
     config = environment(torch.get_num_threads())
     print_config("inductor's CPU code against eager", config)
     rows = []

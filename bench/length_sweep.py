@@ -29,14 +29,21 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python bench/x.py` without installing the project
     sys.path.insert(0, str(ROOT))
 
-from bench.common import environment, median, print_config, print_table, set_threads, write_json  # noqa: E402
+from bench.harness import (  # noqa: E402
+    environment,
+    median,
+    print_config,
+    print_table,
+    set_threads,
+    timed,
+    write_json,
+)
 
 
 def mechanisms() -> list[str]:
@@ -101,9 +108,7 @@ def measure(name: str, length: int, args: argparse.Namespace) -> dict:
     step()  # warm-up: Adam's state, first-call costs
     times = []
     for _ in range(args.steps):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
+        times.append(timed(step)[0])
     with StorageMeter() as meter:
         step()
     seconds = median(times)

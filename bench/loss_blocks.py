@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +27,15 @@ from training.memory import configure_allocators  # noqa: E402
 
 configure_allocators()  # before torch is imported, as train.py does
 
-from bench.common import environment, median, print_config, print_table, set_threads, write_json  # noqa: E402
+from bench.harness import (  # noqa: E402
+    environment,
+    median,
+    print_config,
+    print_table,
+    set_threads,
+    timed,
+    write_json,
+)
 
 # (sentences, source length, target length): ~4,096 tokens a side, Multi30k's range of lengths.
 SHAPES = [(256, 16, 16), (200, 20, 19), (300, 13, 13), (160, 25, 24), (340, 12, 11)]
@@ -92,10 +99,7 @@ def main() -> None:
         step(*batches[0], rows)  # warm-up: Adam's state, first-call costs
     for _ in range(args.rounds):
         for rows in args.rows:
-            start = time.perf_counter()
-            for src, tgt in batches:
-                step(src, tgt, rows)
-            times[rows].append(time.perf_counter() - start)
+            times[rows].append(timed(lambda rows=rows: [step(src, tgt, rows) for src, tgt in batches])[0])
     results, table = {}, []
     first = args.rows[0]
     for rows in args.rows:

@@ -23,8 +23,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import MULTI30K_DIR, ROOT, environment, print_config, print_table, read_gz_lines, write_json  # noqa: E402,I001
-from translation.metrics import corpus_scores  # noqa: E402
+from bench.harness import (  # noqa: E402,I001
+    MULTI30K_DIR,
+    ROOT,
+    environment,
+    print_config,
+    print_table,
+    read_gz_lines,
+    write_json,
+)
+from common.metrics import corpus_scores  # noqa: E402
 from translation.translator import SearchOptions, Translator  # noqa: E402
 
 # run name -> (experiment, extra overrides, directions it is scored on, epochs per --epochs)

@@ -32,10 +32,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import MULTI30K_DIR, ROOT, environment, print_config, print_table, read_gz_lines, write_json  # noqa: E402,I001
 import torch  # noqa: E402
 
-from translation.metrics import corpus_scores  # noqa: E402
+from bench.harness import (  # noqa: E402,I001
+    MULTI30K_DIR,
+    ROOT,
+    environment,
+    print_config,
+    print_table,
+    read_gz_lines,
+    write_json,
+)
+from common.metrics import corpus_scores  # noqa: E402
 
 _STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d+\]")
 

@@ -42,7 +42,6 @@ import math
 import multiprocessing as mp
 import random
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,7 +55,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
-from bench.common import (  # noqa: E402
+from bench.harness import (  # noqa: E402
     MULTI30K_DIR,
     environment,
     find_spm_model,
@@ -321,7 +320,12 @@ class Runner:
         return f"{self.name} {'bf16' if self.bf16 else 'fp32'}"
 
     def step(self, batch: dict) -> float:
-        start = time.perf_counter()
+        """One timed update on ``batch``: its seconds."""
+        elapsed, loss = timed(lambda: self._update(batch))
+        self.losses.append(float(loss.detach()))
+        return elapsed
+
+    def _update(self, batch: dict) -> torch.Tensor:
         self.opt.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
             fn = losses_of(self.name)
@@ -330,9 +334,7 @@ class Runner:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.opt.step()
-        elapsed = time.perf_counter() - start
-        self.losses.append(float(loss.detach()))
-        return elapsed
+        return loss
 
 
 def build_runners(s: Sizes, which: list[str], precisions: list[str], seed: int) -> list[Runner]:

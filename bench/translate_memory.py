@@ -27,25 +27,24 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python bench/x.py` without installing the project
     sys.path.insert(0, str(ROOT))
 
-# Only the standard library above this line: the stages child measures its own imports.
-
-
-def _rss_mib() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def _peak_mib() -> float:
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# Only the standard library above this line and in bench.harness: the stages child measures its
+# own imports.
+from bench.harness import (  # noqa: E402
+    MULTI30K_DIR,
+    environment,
+    find_checkpoint,
+    peak_rss_mib,
+    print_config,
+    rss_mib,
+    run_measured,
+    timed,
+)
 
 
 def _heap() -> str:
@@ -71,7 +70,7 @@ def stages(checkpoint: str, source: str, max_tokens: int | None) -> None:
     """The child of part 2: one line per stage, ``stage | RSS | peak | heap``."""
 
     def row(stage: str) -> None:
-        print(f"| {stage} | {_rss_mib():.0f} | {_peak_mib():.0f} | {_heap()} |", flush=True)
+        print(f"| {stage} | {rss_mib():.0f} | {peak_rss_mib():.0f} | {_heap()} |", flush=True)
 
     print("| stage | RSS MiB | peak MiB | glibc heap in use / free / mmapped MiB |")
     print("|---|---|---|---|")
@@ -92,9 +91,11 @@ def stages(checkpoint: str, source: str, max_tokens: int | None) -> None:
         done[0] += 1
         row(f"after batch {done[0]} ({n} sentences)")
 
-    start = time.perf_counter()
-    translator.translate_ids(sources, SearchOptions(), max_tokens or DEFAULT_MAX_TOKENS, progress=batch_done)
-    print(f"\n{len(sources)} sentences in {time.perf_counter() - start:.1f} s, {done[0]} batches")
+    budget = max_tokens or DEFAULT_MAX_TOKENS
+    seconds, _ = timed(
+        lambda: translator.translate_ids(sources, SearchOptions(), budget, progress=batch_done)
+    )
+    print(f"\n{len(sources)} sentences in {seconds:.1f} s, {done[0]} batches")
 
 
 def end_to_end(
@@ -114,14 +115,10 @@ def end_to_end(
         command += ["--max-tokens", str(max_tokens)]
     if threads is not None:
         command += ["--threads", str(threads)]
-    start = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(child.pid, 0)
-    wall = time.perf_counter() - start
-    child.returncode = os.waitstatus_to_exitcode(status)
+    child, wall, peak = run_measured(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     if child.returncode != 0:
         raise SystemExit(f"translate.py failed ({child.returncode}): {child.stderr.read().decode()[-2000:]}")
-    return usage.ru_maxrss / 1024, wall
+    return peak, wall
 
 
 def main() -> None:
@@ -140,8 +137,8 @@ def main() -> None:
         stages(args.checkpoint, args.source, args.max_tokens[0] if args.max_tokens else None)
         return
 
-    from bench.common import MULTI30K_DIR, find_checkpoint
-
+    print_config("translate_memory", {"checkpoint": args.checkpoint, "max_tokens": args.max_tokens})
+    print_config("environment", environment(args.threads or os.cpu_count() or 1))
     checkpoint = args.checkpoint or find_checkpoint("multi30k_de_en")
     if checkpoint is None:
         raise SystemExit(

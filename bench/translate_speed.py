@@ -19,23 +19,23 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python bench/x.py` without installing the project
     sys.path.insert(0, str(ROOT))
 
-from bench.common import (  # noqa: E402
+from bench.harness import (  # noqa: E402
     MULTI30K_DIR,
     add_json_option,
     environment,
+    median,
     print_config,
     print_table,
+    run_measured,
     write_json,
 )
 
@@ -44,15 +44,12 @@ def run_once(tree: Path, args: list[str], threads: int, out: Path) -> tuple[floa
     """One ``translate.py`` of ``tree``: (wall seconds, peak RSS MiB); its stdout goes to ``out``."""
     command = [sys.executable, str(tree / "translate.py"), *args, "--threads", str(threads)]
     env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": str(threads)}
-    start = time.perf_counter()
     with open(out, "wb") as stdout:
-        proc = subprocess.Popen(command, cwd=tree, env=env, stdout=stdout, stderr=subprocess.PIPE)
-        _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
+        proc, wall, peak = run_measured(command, cwd=tree, env=env, stdout=stdout, stderr=subprocess.PIPE)
     stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    if os.waitstatus_to_exitcode(status) != 0:
+    if proc.returncode != 0:
         raise SystemExit(f"{shlex.join(command)} failed:\n{stderr[-3000:]}")
-    return wall, usage.ru_maxrss / 1024
+    return wall, peak
 
 
 def main() -> None:
@@ -108,11 +105,11 @@ def main() -> None:
                     print(f"  {threads} threads, round {r + 1}, {name}: {said}", flush=True)
         rows, results = [], {}
         for threads in args.threads:
-            first = statistics.median(walls[(list(trees)[0], threads)])
+            first = median(walls[(list(trees)[0], threads)])
             expected = outputs[(reference, threads)]
             for name in trees:
                 key = (name, threads)
-                wall = statistics.median(walls[key])
+                wall = median(walls[key])
                 same = outputs[key] == expected and len(expected) == 1
                 rows.append(
                     [

@@ -45,6 +45,14 @@ if TYPE_CHECKING:  # imported lazily: translate.py uses this module and should s
     import datasets
     import pyarrow as pa
 
+# Padded hypothesis tokens (sentences * beam size * padded source length, EOS included) searched at
+# once, by translate.py and by validation and test alike: it bounds the decoder state a search
+# holds whatever the beam size (a 4,096-token test batch searched whole with beam 5 holds ~1,300
+# hypotheses: 1 GiB of the Performer's state). It keeps translate.py with the Multi30k model
+# within 400 MiB; larger budgets decode faster and need more memory (BENCHMARKS.md, "Translation
+# memory").
+DECODING_TOKENS = 3072
+
 
 def token_budget_batches(widths: Sequence[int], max_tokens: int) -> list[tuple[int, int]]:
     """Cut examples, in the order given, into consecutive batches within a padded-token budget.

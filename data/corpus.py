@@ -43,7 +43,6 @@ import numpy as np
 from datasets.exceptions import DatasetNotFoundError
 from huggingface_hub.errors import LocalEntryNotFoundError
 
-from data.arrow_pairs import write_pairs
 from data.lines import BadLineError, CorruptFileError, OnBadLine, UndecodableLineError, iter_line_blocks
 
 logger = logging.getLogger(__name__)
@@ -83,18 +82,6 @@ def shared_data_dir() -> Path:
     Computed from the package location, never from the current working directory.
     """
     return (PROJECT_ROOT.parent / "shared" / "data" / "multi30k").resolve()
-
-
-def default_data_dir() -> str:
-    """The local corpus directory used when none is configured (whether or not it exists).
-
-    Returns:
-        ``$MULTI30K_DIR`` if set, else ``<project root>/../shared/data/multi30k``.
-    """
-    env = os.environ.get(DATA_DIR_ENV)
-    if env:
-        return env
-    return str(shared_data_dir())
 
 
 @dataclass(frozen=True)
@@ -333,21 +320,6 @@ def iter_parallel_blocks(
         )
 
 
-def read_parallel_files(src_path: Path, tgt_path: Path) -> tuple[list[str], list[str]]:
-    """Read two line-aligned files.
-
-    Raises:
-        CorpusError: a file is not valid UTF-8 (the message names the file, the line and the
-            bytes), or the line counts differ (the message names both files and both counts).
-    """
-    src: list[str] = []
-    tgt: list[str] = []
-    for s, t in iter_parallel_blocks(src_path, tgt_path):
-        src += s
-        tgt += t
-    return src, tgt
-
-
 def _split_names(train_split: str, valid_split: str, test_split: str) -> dict[str, str]:
     return {"train": train_split, "validation": valid_split, "test": test_split}
 
@@ -370,39 +342,6 @@ def _local_blocks(
                 ids, src, tgt = ids[keep], [src[i] for i in keep], [tgt[i] for i in keep]
         if src:
             yield ids, src, tgt
-
-
-def load_local_corpus(
-    data_dir: str | Path,
-    src_lang: str,
-    tgt_lang: str,
-    train_split: str = "train",
-    valid_split: str = "val",
-    test_split: str = "test_2016_flickr",
-) -> datasets.DatasetDict:
-    """Load ``{split}.{lang}[.gz]`` files into in-memory splits ``train`` / ``validation`` / ``test``.
-
-    For corpora that fit in memory (tests, a quick look); :func:`data.prepared.prepare_corpus` with a cache
-    directory streams any size into memory-mapped files.
-
-    Args:
-        data_dir: directory with the files.
-        src_lang: source language suffix, e.g. ``"de"``.
-        tgt_lang: target language suffix, e.g. ``"en"``.
-        train_split: file prefix of the training split.
-        valid_split: file prefix read as ``validation``.
-        test_split: file prefix read as ``test``.
-
-    Returns:
-        Unfiltered splits with columns ``id``, ``src``, ``tgt``.
-    """
-    out = {}
-    for name, (src_path, tgt_path) in _local_files(
-        data_dir, src_lang, tgt_lang, train_split, valid_split, test_split
-    ).items():
-        out[name], _ = write_pairs(_local_blocks(src_path, tgt_path), None, drop_blank=False)
-        logger.info("read %d %s pairs from %s and %s", len(out[name]), name, src_path, tgt_path)
-    return datasets.DatasetDict(out)
 
 
 def _local_files(
@@ -455,21 +394,6 @@ def _hub_blocks(
         start += len(src)
 
 
-def normalize_columns(dataset: datasets.Dataset, src_lang: str, tgt_lang: str) -> datasets.Dataset:
-    """Bring a hub split to columns ``id``, ``src``, ``tgt`` (in memory; see :mod:`data.prepared`).
-
-    Args:
-        dataset: a split with either a ``translation`` column of ``{lang: text}`` dicts or one
-            string column per language.
-        src_lang: source language key.
-        tgt_lang: target language key.
-
-    Raises:
-        CorpusError: neither layout is present, or a language is missing.
-    """
-    return write_pairs(_hub_blocks(dataset, src_lang, tgt_lang), None, drop_blank=False)[0]
-
-
 def _read_hub(hub_id: str, hub_config: str | None, splits: dict[str, str]) -> dict[str, datasets.Dataset]:
     """The hub splits by our names (``datasets`` keeps them memory-mapped in its own cache).
 
@@ -492,35 +416,3 @@ def _read_hub(hub_id: str, hub_config: str | None, splits: dict[str, str]) -> di
             )
         out[name] = raw[hub_split]
     return out
-
-
-def load_hub_corpus(
-    hub_id: str,
-    src_lang: str,
-    tgt_lang: str,
-    hub_config: str | None = None,
-    train_split: str = "train",
-    valid_split: str = "validation",
-    test_split: str = "test",
-) -> datasets.DatasetDict:
-    """Load a parallel corpus from the Hugging Face hub into memory (see :mod:`data.prepared`).
-
-    Args:
-        hub_id: dataset id, e.g. ``"bentrevett/multi30k"`` or ``"wmt14"``.
-        src_lang: source language key.
-        tgt_lang: target language key.
-        hub_config: dataset configuration name, e.g. ``"de-en"`` for ``wmt14``.
-        train_split: hub split read as ``train``.
-        valid_split: hub split read as ``validation``.
-        test_split: hub split read as ``test``.
-
-    Returns:
-        Unfiltered splits with columns ``id``, ``src``, ``tgt``.
-
-    Raises:
-        CorpusError: a split is missing; the message lists the splits that exist.
-        CorpusNotFoundError: the hub cannot be reached and the dataset is not cached, or the
-            hub has no such dataset.
-    """
-    raw = _read_hub(hub_id, hub_config, _split_names(train_split, valid_split, test_split))
-    return datasets.DatasetDict({name: normalize_columns(ds, src_lang, tgt_lang) for name, ds in raw.items()})

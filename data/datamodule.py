@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from pathlib import Path
 
 import datasets
 import lightning as L
@@ -459,11 +458,6 @@ class TranslationDataModule(L.LightningDataModule):
         """Target vocabulary size (after :meth:`setup`)."""
         assert self.tgt_tokenizer is not None, "call setup() first"
         return self.tgt_tokenizer.vocab_size
-
-    @property
-    def tokenizer_dir(self) -> Path | None:
-        """Where the run's SentencePiece model(s) were copied, if a ``run_dir`` was given."""
-        return None if self.run_dir is None else Path(self.run_dir) / "tokenizer"
 
     def source_texts(self, split: str) -> list[str]:
         """Raw source sentences of one of :attr:`validation_splits` or ``"test"``; item ``i`` has

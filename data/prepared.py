@@ -291,36 +291,3 @@ def prepare_corpus(
             "train: skipped %s when the corpus was prepared (data.bad_lines=skip)", meta["skipped"]
         )
     return PreparedCorpus(splits, meta["digests"], {"read": 0.0, "filter": 0.0}, reused=True)
-
-
-def load_parallel_corpus(
-    src_lang: str,
-    tgt_lang: str,
-    data_dir: str | Path | None = None,
-    hub_id: str | None = None,
-    hub_config: str | None = None,
-    train_split: str = "train",
-    valid_split: str = "val",
-    test_split: str = "test_2016_flickr",
-    fallback_hub_id: str | None = MULTI30K_HUB_ID,
-    cache_dir: str | Path | None = None,
-    bad_lines: str = "error",
-) -> datasets.DatasetDict:
-    """The splits of :func:`prepare_corpus` (same arguments): blank training pairs dropped.
-
-    Returns:
-        ``DatasetDict`` with ``train`` / ``validation`` / ``test``, columns ``id``, ``src``, ``tgt``.
-    """
-    return prepare_corpus(
-        src_lang,
-        tgt_lang,
-        data_dir,
-        hub_id,
-        hub_config,
-        train_split,
-        valid_split,
-        test_split,
-        fallback_hub_id,
-        cache_dir,
-        bad_lines,
-    ).splits

@@ -21,7 +21,7 @@ import numpy as np
 from data.atomic import atomic_write
 from data.tokenizer import _CACHE_VERSION, EOS_ID, SubwordTokenizer, _hash_texts
 
-if TYPE_CHECKING:  # imported in the functions that use them, as they were in data.tokenizer
+if TYPE_CHECKING:  # imported in the functions that use them: importing this module stays cheap
     import datasets
     import pyarrow as pa
 

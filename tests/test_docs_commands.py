@@ -7,7 +7,7 @@ script's options parse with the script's own parser (``translate.py``'s, ``pytho
 translation.export``'s, each ``bench/`` script's, stopped right after parsing); ``pip install``'s
 extras exist in pyproject.toml; ``pytest -m`` names declared markers; ``bash`` scripts exist.
 Placeholders (``CKPT``, ``<run>``, ``$SLURM_JOB_ID``) stand for values a reader fills in and are
-given dummy ones. The README's Layout table names every module of the four packages.
+given dummy ones. The README's Layout table names every module of the five packages.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from transformer.mechanisms import AttentionConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs").glob("*.md"))]
-PACKAGES = ("transformer", "data", "training", "translation")
+PACKAGES = ("transformer", "data", "common", "training", "translation")
 SHELL_FENCES = {"", "bash", "sh", "shell", "console"}
 
 

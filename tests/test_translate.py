@@ -22,10 +22,11 @@ import torch.nn.functional as F
 
 import translate
 from bench.uncached import Recomputing
+from common.checkpoint_fields import inference_fields
 from tests.toy_text import LEXICON, toy_pairs, train_word_spm, translate_words
 from transformer import Transformer, TransformerConfig, hardware
 from transformer.cpu_kernels import PackedLinears
-from translation.checkpoint import inference_fields, write_checkpoint
+from translation.checkpoint import write_checkpoint
 from translation.translator import DEFAULT_MAX_TOKENS, SearchOptions, Translator
 
 ROOT = Path(__file__).resolve().parents[1]

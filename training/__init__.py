@@ -8,6 +8,7 @@
 * ``training.averaging``: averaging the last epoch checkpoints.
 * ``training.plots``: ``learning_curve.png``.
 
-Translating a checkpoint is the ``translation`` package's work; this package imports its
-checkpoint contract and metrics, and nothing in ``translation`` imports this package.
+Translating a checkpoint is the ``translation`` package's work. Neither package imports the other:
+what both need (the checkpoint's inference fields, the metrics, the attention heatmaps) is in
+``common``.
 """

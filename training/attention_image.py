@@ -16,8 +16,8 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 
+from common.attention_plot import attention_figure, figure_pixels
 from transformer.search import greedy_search
-from translation.attention_plot import attention_figure, figure_pixels
 
 logger = logging.getLogger(__name__)
 

@@ -23,6 +23,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from common.metrics import CorpusScores, corpus_scores
+from data.batching import DECODING_TOKENS
 from data.corpora import valid_split_key
 from data.tokenizer import SPECIAL_IDS
 from training.loss import token_cross_entropy
@@ -33,16 +35,8 @@ from training.schedule import NEEDS_TOTAL, SCHEDULES, schedule_factor
 from training.selection import metric_prefix
 from transformer import Transformer, TransformerConfig
 from transformer.search import DecodingConfig, beam_search, greedy_search
-from translation.metrics import CorpusScores, corpus_scores
-from translation.translator import DEFAULT_MAX_TOKENS
 
 logger = logging.getLogger(__name__)
-
-# Hypothesis tokens (rows * beam size * padded source length) searched at once in validation and
-# test: translate.py's budget, which bounds the decoder state a search holds whatever the beam
-# size. A 4,096-token test batch searched whole with beam 5 holds ~1,300 hypotheses: 1 GiB of
-# state with the Performer's 0.8 MiB a hypothesis (BENCHMARKS.md, "Memory").
-DECODING_TOKENS = DEFAULT_MAX_TOKENS
 
 # Devices where ``optimizer.fused: null`` chooses PyTorch's fused Adam (one kernel for all
 # parameters); it has a CPU kernel since PyTorch 2.4, within pyproject's range.

@@ -23,6 +23,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
+from common.checkpoint_fields import inference_fields
 from data.atomic import atomic_write
 from data.corpora import parse_valid_sets
 from data.corpus import PROJECT_ROOT
@@ -127,8 +128,6 @@ class InferenceFields(Callback):
 
 
 def _inference_fields(datamodule: Any, src_lang: str, tgt_lang: str) -> dict[str, Any]:
-    from translation.checkpoint import inference_fields
-
     joint = datamodule.src_tokenizer is datamodule.tgt_tokenizer
     return inference_fields(
         src_lang=src_lang,

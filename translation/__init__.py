@@ -11,16 +11,17 @@ Modules, one concept each:
 * ``translation.translator``: ``Translator`` (encode, crop, batch, search, decode, in input
   order), ``SearchOptions``, ``Translation``.
 * ``translation.workers``: ``WorkerPool``, decoding in single-thread CPU processes.
-* ``translation.metrics``: sacreBLEU and chrF with their signatures.
-* ``translation.attention_plot``: cross-attention heatmaps (matplotlib, imported when asked for).
+* ``translation.metrics``: sacreBLEU and chrF with their signatures (``common.metrics``).
+* ``translation.attention_plot``: cross-attention heatmaps of chosen lines (matplotlib, imported
+  when asked for).
 * ``translation.export``: ``python3 -m translation.export``, a checkpoint as a CTranslate2 or Hugging
   Face folder (the optional extra ``.[export]``).
 
 Input lines are read by ``data.lines`` in its lossless mode (every line gives exactly one output
 line), the reader the corpora use in its strict mode.
 
-Neither Lightning nor Hydra is imported here: ``training`` (what ``train.py`` runs) depends on this
-package for the checkpoint contract and the metrics, never the other way round.
+Neither Lightning nor Hydra is imported here, nor ``training`` (what ``train.py`` runs), which
+does not import this package either: what both need is in ``common``.
 """
 
 from translation.checkpoint import CheckpointError

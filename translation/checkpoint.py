@@ -9,7 +9,8 @@ A checkpoint is a Lightning-style dict written with ``torch.save`` and read back
   exponential moving average of its weights here, which is what it validated with and what a
   translator gets (its training weights, for resuming, are under ``"ema"``: training/ema.py).
 * ``"hyper_parameters"``: plain containers; ``["model"]`` is ``TransformerConfig.to_dict()``.
-* ``"nmt"``: what inference needs besides the weights, built by :func:`inference_fields`::
+* ``"nmt"``: what inference needs besides the weights, built by
+  :func:`common.checkpoint_fields.inference_fields`::
 
       {"format_version": 1, "src_lang": "de", "tgt_lang": "en",
        "src_spm": b"...",   # the serialized SentencePiece model
@@ -34,66 +35,16 @@ from typing import Any
 
 import torch
 
+from common.checkpoint_fields import FORMAT_VERSION
 from data.atomic import atomic_write
 from data.tokenizer import SPECIAL_IDS, SubwordTokenizer
 from transformer import Transformer, TransformerConfig
 
-FORMAT_VERSION = 1
 MODEL_PREFIX = "model."
-
-SpmModel = bytes | str | os.PathLike
 
 
 class CheckpointError(Exception):
     """A file that is not a usable checkpoint of this project; the message is one line."""
-
-
-def _spm_bytes(model: SpmModel) -> bytes:
-    return bytes(model) if isinstance(model, bytes | bytearray) else Path(model).read_bytes()
-
-
-def inference_fields(
-    src_spm: SpmModel,
-    tgt_spm: SpmModel | None,
-    src_lang: str,
-    tgt_lang: str,
-    target_tags: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """The checkpoint's ``"nmt"`` entry: languages, tokenizers and special ids.
-
-    Args:
-        src_spm: the source SentencePiece model, as bytes or the path of its ``.model`` file.
-        tgt_spm: the target model likewise, or None for a joint vocabulary (a target model with
-            the same bytes as the source is stored as None too).
-        src_lang, tgt_lang: language codes, e.g. ``"de"``, ``"en"``.
-        target_tags: a model of several target languages: each language's source tag, e.g.
-            ``{"de": "<2de>", "fr": "<2fr>"}`` (``data.target_lang_tags``); None or empty: one.
-
-    Returns:
-        A dict of plain values, safe for ``torch.load(weights_only=True)``.
-
-    Raises:
-        ValueError: a model is not a SentencePiece model or lacks the special ids 0/1/2/3.
-    """
-    src = _spm_bytes(src_spm)
-    tgt = None if tgt_spm is None else _spm_bytes(tgt_spm)
-    if tgt == src:
-        tgt = None
-    for side, proto in (("source", src), ("target", tgt)):
-        if proto is not None:
-            try:
-                SubwordTokenizer(proto)
-            except ValueError as err:
-                raise ValueError(f"{side} tokenizer: {err}") from None
-    return {
-        "format_version": FORMAT_VERSION,
-        "src_lang": str(src_lang),
-        "tgt_lang": str(tgt_lang),
-        "src_spm": src,
-        "tgt_spm": tgt,
-        "target_tags": dict(target_tags or {}),
-        **SPECIAL_IDS,
-    }
 
 
 def write_checkpoint(
@@ -107,7 +58,7 @@ def write_checkpoint(
     Args:
         path: the file to write, whole or not at all (:func:`data.atomic.atomic_write`).
         model: its weights and ``cfg`` are saved.
-        nmt: from :func:`inference_fields`.
+        nmt: from :func:`common.checkpoint_fields.inference_fields`.
         hyper_parameters: more plain hyperparameters to store beside ``"model"``.
 
     Returns:

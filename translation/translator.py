@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
+from data.batching import DECODING_TOKENS as DEFAULT_MAX_TOKENS
 from data.batching import longest_first_batches
 from data.lines import one_line
 from transformer import Transformer
@@ -35,13 +36,6 @@ from translation.checkpoint import CheckpointError, InferenceCheckpoint, load_ch
 from translation.workers import WorkerPool
 
 logger = logging.getLogger(__name__)
-
-# Padded source tokens per batch, EOS included, times the beam size: what keeps translate.py
-# with the Multi30k model within 400 MiB, where it bounds oneDNN's kernel caches
-# (``cpu_kernels.bound_kernel_caches``; a process that does not pays ~40 MiB more). Larger
-# budgets decode faster and need more memory (BENCHMARKS.md, "Translation memory" and
-# "Translation speed within the memory target").
-DEFAULT_MAX_TOKENS = 3072
 
 
 def hypothesis_widths(source_lengths: Sequence[int], options: SearchOptions) -> list[int]:

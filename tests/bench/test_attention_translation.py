@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from bench.attention_translation import configurations, logged_training, main
-from data.corpus import default_data_dir
+from data.corpus import DATA_DIR_ENV, shared_data_dir
 from transformer.mechanisms import REFUSED, AttentionConfig
 
 ROOT = Path(__file__).resolve().parents[2]
+MULTI30K = Path(os.environ.get(DATA_DIR_ENV) or shared_data_dir())
 
 
 def test_every_mechanism_in_every_self_attention_role_it_can_take_and_one_baseline():
@@ -63,8 +64,8 @@ def test_logged_training_reads_validations_updates_and_mean_tokens_per_second(tm
 
 @pytest.mark.realdata
 @pytest.mark.skipif(
-    not (Path(default_data_dir()) / "train.de.gz").is_file(),
-    reason=f"Multi30k not found in {default_data_dir()} (set $MULTI30K_DIR)",
+    not (MULTI30K / "train.de.gz").is_file(),
+    reason=f"Multi30k not found in {MULTI30K} (set $MULTI30K_DIR)",
 )
 def test_one_tiny_run_end_to_end(tmp_path):
     out = tmp_path / "results.json"

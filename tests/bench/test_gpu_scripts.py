@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.common import MULTI30K_DIR
+from bench.harness import MULTI30K_DIR
 from tests.translation.export.conftest import toy_checkpoints  # noqa: F401, F811 (a fixture)
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,17 +16,22 @@ from data.corpus import (
     MULTI30K_HUB_ID,
     CorpusError,
     CorpusNotFoundError,
-    default_data_dir,
-    load_hub_corpus,
-    load_local_corpus,
-    normalize_columns,
-    read_parallel_files,
+    iter_parallel_blocks,
     resolve_corpus_source,
+    shared_data_dir,
 )
 from data.lines import LineMode, read_lines
-from data.prepared import load_parallel_corpus
+from data.prepared import prepare_corpus
 from tests.data.conftest import write_file
 from tests.toy_text import make_pairs, write_split
+
+
+def local_corpus(
+    data_dir: Path, src_lang: str = "de", tgt_lang: str = "en", **splits: str
+) -> datasets.DatasetDict:
+    """The splits train.py prepares from ``data_dir`` (in memory, no hub fallback)."""
+    return prepare_corpus(src_lang, tgt_lang, str(data_dir), fallback_hub_id=None, **splits).splits
+
 
 # Characters that str.splitlines() or universal newlines treat as line breaks.
 HOSTILE = ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
@@ -45,8 +50,8 @@ def test_hostile_separators_stay_inside_lines(tmp_path: Path, suffix: str) -> No
     assert read_lines(tmp_path / f"train.de{suffix}", LineMode.STRICT) == src_read
     assert len("".join(s + "\n" for s in src_lines).splitlines()) > len(src_lines)  # the trap
 
-    corpus = load_local_corpus(tmp_path, "de", "en")
-    for split in ("train", "validation", "test"):
+    corpus = local_corpus(tmp_path)
+    for split in ("validation", "test"):  # never filtered (training drops its blank pairs)
         assert corpus[split]["src"] == src_read
         assert corpus[split]["tgt"] == tgt_lines
         assert corpus[split]["id"] == list(range(len(src_lines)))
@@ -58,7 +63,7 @@ def test_mismatched_line_counts_name_both_files_and_counts(tmp_path: Path) -> No
     write_split(tmp_path, "test_2016_flickr", make_pairs(3, seed=0))
     write_file(tmp_path / "val.en.gz", "one\ntwo\n")
     with pytest.raises(CorpusError) as err:
-        load_local_corpus(tmp_path, "de", "en")
+        local_corpus(tmp_path)
     msg = str(err.value)
     assert str(tmp_path / "val.de.gz") in msg and "3 lines" in msg
     assert str(tmp_path / "val.en.gz") in msg and "2 lines" in msg
@@ -68,7 +73,7 @@ def test_mismatched_line_counts_name_both_files_and_counts(tmp_path: Path) -> No
 def test_invalid_utf8_names_file_and_line(tmp_path: Path, suffix: str) -> None:
     path = write_file(tmp_path / f"train.de{suffix}", b"gut\nauch gut\nkaputt \xff\xfe hier\nok\n")
     with pytest.raises(CorpusError) as err:
-        read_parallel_files(path, path)
+        list(iter_parallel_blocks(path, path))
     msg = str(err.value)
     assert str(path) in msg
     assert "line 3" in msg
@@ -79,58 +84,56 @@ def test_missing_file_split_and_directory(tmp_path: Path) -> None:
     write_split(tmp_path, "train", make_pairs(5, seed=0))
     write_split(tmp_path, "val", make_pairs(3, seed=0))
     with pytest.raises(FileNotFoundError, match="test_2016_flickr.de.gz"):
-        load_local_corpus(tmp_path, "de", "en")
+        local_corpus(tmp_path)
     with pytest.raises(FileNotFoundError, match=r"'fr'"):
-        load_local_corpus(tmp_path, "de", "fr", test_split="val")
+        local_corpus(tmp_path, "de", "fr", test_split="val")
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        load_local_corpus(tmp_path / "nowhere", "de", "en")
+        local_corpus(tmp_path / "nowhere")
 
 
 def test_split_names_are_configurable(tmp_path: Path) -> None:
     write_split(tmp_path, "tr", make_pairs(7, seed=0))
     write_split(tmp_path, "dev", make_pairs(4, seed=1))
     write_split(tmp_path, "tst", make_pairs(3, seed=2), gz=False)
-    corpus = load_parallel_corpus(
-        "de", "en", data_dir=str(tmp_path), train_split="tr", valid_split="dev", test_split="tst"
-    )
+    corpus = local_corpus(tmp_path, train_split="tr", valid_split="dev", test_split="tst")
     assert {k: len(v) for k, v in corpus.items()} == {"train": 7, "validation": 4, "test": 3}
     assert corpus["validation"]["src"] == [p[0] for p in make_pairs(4, seed=1)]
 
 
 def test_hub_layouts_normalized_without_network(monkeypatch: pytest.MonkeyPatch) -> None:
     flat = datasets.Dataset.from_dict({"en": ["a dog", "a cat"], "de": ["ein hund", "eine katze"]})
-    out = normalize_columns(flat, "de", "en")
-    assert out.column_names == ["id", "src", "tgt"]
-    assert out["src"] == ["ein hund", "eine katze"] and out["id"] == [0, 1]
-
     nested = datasets.Dataset.from_dict(
         {"translation": [{"de": "ein hund", "en": "a dog"}, {"de": "haus", "en": "house"}]},
         features=datasets.Features({"translation": datasets.Translation(languages=["de", "en"])}),
     )
-    out = normalize_columns(nested, "en", "de")
+    hubs = {
+        name: datasets.DatasetDict({s: ds for s in HUB_SPLITS})
+        for name, ds in [("flat", flat), ("nested", nested)]
+    }
+    monkeypatch.setattr(corpus_mod.datasets, "load_dataset", lambda hub_id, config: hubs[hub_id])
+
+    def hub(hub_id: str, src: str, tgt: str, valid_split: str = "validation") -> datasets.DatasetDict:
+        return prepare_corpus(src, tgt, hub_id=hub_id, valid_split=valid_split, test_split="test").splits
+
+    out = hub("flat", "de", "en")["test"]
+    assert out.column_names == ["id", "src", "tgt"]
+    assert out["src"] == ["ein hund", "eine katze"] and out["id"] == [0, 1]
+    out = hub("nested", "en", "de")["test"]
     assert out["src"] == ["a dog", "house"] and out["tgt"] == ["ein hund", "haus"]
     with pytest.raises(CorpusError, match="not both"):
-        normalize_columns(nested, "de", "fr")
+        hub("nested", "de", "fr")
     with pytest.raises(CorpusError, match="expected a 'translation' column"):
-        normalize_columns(flat, "de", "fr")
-
-    hub = datasets.DatasetDict({"train": nested, "validation": nested, "test": nested})
-    monkeypatch.setattr(corpus_mod.datasets, "load_dataset", lambda *a, **k: hub)
-    corpus = load_parallel_corpus(
-        "de", "en", hub_id="some/hub-id", valid_split="validation", test_split="test"
-    )
-    assert corpus["test"]["tgt"] == ["a dog", "house"]
+        hub("flat", "de", "fr")
     with pytest.raises(CorpusError, match="has no split 'val'"):
-        load_hub_corpus("some/hub-id", "de", "en", valid_split="val")
+        hub("nested", "de", "en", valid_split="val")
 
 
-def test_default_data_dir_env_then_project_relative(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MULTI30K_DIR", "/somewhere/else")
-    assert default_data_dir() == "/somewhere/else"
-    monkeypatch.delenv("MULTI30K_DIR")
-    monkeypatch.chdir("/")  # the default must not depend on the working directory
+def test_shared_data_dir_is_beside_the_project_whatever_the_working_directory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir("/")
     expected = Path(corpus_mod.__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
-    assert Path(default_data_dir()) == expected.resolve()
+    assert shared_data_dir() == expected.resolve()
 
 
 # ------------------------------------------------------------------ where the corpus comes from
@@ -200,7 +203,7 @@ def test_source_order_data_dir_env_shared_then_hub(
     def train_size() -> int:
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="data.prepared"):
-            corpus = load_parallel_corpus("de", "en", data_dir=data_dir)
+            corpus = prepare_corpus("de", "en", data_dir=data_dir).splits
         return len(corpus["train"])
 
     data_dir: str | None = str(explicit)  # 1. an explicit data_dir beats everything local
@@ -225,7 +228,7 @@ def test_source_order_data_dir_env_shared_then_hub(
     assert (source.hub_id, source.data_dir, source.splits) == ("some/hub-id", None, ("train", "dev", "tst"))
     # Without a fallback, a missing shared directory stays the error it always was.
     with pytest.raises(CorpusNotFoundError, match=f"corpus directory {shared_dir} does not exist"):
-        load_parallel_corpus("de", "en", fallback_hub_id=None)
+        prepare_corpus("de", "en", fallback_hub_id=None)
 
 
 def test_explicit_directories_that_do_not_exist_are_errors_not_downloads(
@@ -233,10 +236,10 @@ def test_explicit_directories_that_do_not_exist_are_errors_not_downloads(
 ) -> None:
     calls = _fake_hub(monkeypatch, _hub_multi30k(8))
     with pytest.raises(FileNotFoundError, match=f"corpus directory {tmp_path / 'typo'} does not exist"):
-        load_parallel_corpus("de", "en", data_dir=str(tmp_path / "typo"))
+        prepare_corpus("de", "en", data_dir=str(tmp_path / "typo"))
     monkeypatch.setenv("MULTI30K_DIR", str(tmp_path / "typo2"))
     with pytest.raises(FileNotFoundError, match="typo2 does not exist"):
-        load_parallel_corpus("de", "en")
+        prepare_corpus("de", "en")
     assert calls == []
 
 
@@ -253,8 +256,8 @@ def test_hub_fallback_gives_the_corpus_the_local_files_give(
     rows = datasets.Dataset.from_dict({"en": tgt, "de": src})
     _fake_hub(monkeypatch, datasets.DatasetDict({split: rows for split in HUB_SPLITS}))
 
-    local = load_parallel_corpus("de", "en", data_dir=str(tmp_path / "local"))
-    hub = load_parallel_corpus("de", "en")  # nothing local: the fallback
+    local = prepare_corpus("de", "en", data_dir=str(tmp_path / "local")).splits
+    hub = prepare_corpus("de", "en").splits  # nothing local: the fallback
     for split in ("train", "validation", "test"):
         assert hub[split].to_dict() == local[split].to_dict(), split
     assert hub["train"]["id"] == [*range(len(HOSTILE)), len(src) - 1]  # row index before filtering
@@ -269,7 +272,7 @@ def test_unreachable_hub_fallback_is_one_message_naming_every_option(
         monkeypatch, ConnectionError("Couldn't reach 'bentrevett/multi30k' on the Hub (OfflineModeIsEnabled)")
     )
     with pytest.raises(CorpusNotFoundError) as err:
-        load_parallel_corpus("de", "en")
+        prepare_corpus("de", "en")
     msg = str(err.value)
     assert isinstance(err.value, FileNotFoundError)
     assert "data.data_dir=PATH" in msg and "$MULTI30K_DIR=PATH" in msg and str(shared_dir) in msg
@@ -281,7 +284,7 @@ def test_unreachable_hub_fallback_is_one_message_naming_every_option(
 def test_unreachable_explicit_hub_id_names_the_dataset(monkeypatch: pytest.MonkeyPatch) -> None:
     _no_hub(monkeypatch, ConnectionError("Couldn't reach 'wmt14' on the Hub (ConnectError)"))
     with pytest.raises(CorpusNotFoundError, match=r"cannot read hub dataset wmt14 \(de-en\): Couldn't reach"):
-        load_parallel_corpus("de", "en", hub_id="wmt14", hub_config="de-en")
+        prepare_corpus("de", "en", hub_id="wmt14", hub_config="de-en")
 
 
 # ------------------------------------------------------------------ streaming in blocks

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pytest
 
-from data.corpus import default_data_dir
+from data.corpus import DATA_DIR_ENV, shared_data_dir
 from data.datamodule import TranslationDataModule
 
-MULTI30K = Path(default_data_dir())
+MULTI30K = Path(os.environ.get(DATA_DIR_ENV) or shared_data_dir())
 pytestmark = [
     pytest.mark.realdata,
     pytest.mark.skipif(

@@ -14,11 +14,11 @@ import pytest
 import torch
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
+from common.attention_plot import attention_figure, figure_pixels
 from tests.toy_text import write_toy_corpus
 from tests.training.test_pipeline import compose_config, toy_overrides
 from training.pipeline import make_loggers, train
 from training.resume import ContinuedCSVLogger
-from translation.attention_plot import attention_figure, figure_pixels
 
 # A real run of a few updates (fast_dev_run would swap every logger for a dummy).
 ONE_SHORT_EPOCH = [

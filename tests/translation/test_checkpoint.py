@@ -9,16 +9,12 @@ import pytest
 import sentencepiece as spm
 import torch
 
+from common.checkpoint_fields import inference_fields
 from tests.toy_text import LEXICON, train_word_spm
 from tests.transformer.helpers import tiny_model
 from transformer import Transformer
 from translation import Translator
-from translation.checkpoint import (
-    CheckpointError,
-    inference_fields,
-    read_checkpoint,
-    write_checkpoint,
-)
+from translation.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 
 SRC_TEXT = [" ".join(LEXICON)]
 TGT_TEXT = [" ".join(LEXICON.values())]
@@ -131,20 +127,6 @@ def test_joint_vocabulary_is_stored_once(tmp_path: Path, protos: dict[str, bytes
     translator = Translator.from_checkpoint(path)
     assert translator.tgt_tokenizer is translator.src_tokenizer
     assert translator.model.src_embed is translator.model.tgt_embed
-
-
-def test_inference_fields_reads_model_files(tmp_path: Path, protos: dict[str, bytes]) -> None:
-    (tmp_path / "src.model").write_bytes(protos["src"])
-    fields = inference_fields(tmp_path / "src.model", str(tmp_path / "src.model"), "de", "en")
-    assert fields["src_spm"] == protos["src"] and fields["tgt_spm"] is None
-
-
-def test_inference_fields_refuses_other_special_ids(protos: dict[str, bytes]) -> None:
-    foreign = train_word_spm(TGT_TEXT, project_ids=False)
-    with pytest.raises(ValueError, match="target tokenizer: .*pad/unk/bos/eos ids"):
-        inference_fields(protos["src"], foreign, "de", "en")
-    with pytest.raises(ValueError, match="source tokenizer: not a SentencePiece model"):
-        inference_fields(b"not a model", None, "de", "en")
 
 
 def test_training_checkpoint_extras_are_ignored(good: Path, tmp_path: Path) -> None:

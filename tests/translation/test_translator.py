@@ -9,11 +9,12 @@ import torch
 
 import translation.translator as translator_module
 from bench.uncached import Recomputing
+from common.checkpoint_fields import inference_fields
 from data.lines import LINE_BREAKS
 from data.tokenizer import SubwordTokenizer
 from tests.toy_text import LEXICON, toy_pairs, train_word_spm
 from tests.transformer.helpers import tiny_model
-from translation.checkpoint import inference_fields, write_checkpoint
+from translation.checkpoint import write_checkpoint
 from translation.translator import SearchOptions, Translator, resolve_device
 
 CPU = torch.device("cpu")

@@ -13,11 +13,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from common.checkpoint_fields import inference_fields
 from data.tokenizer import SubwordTokenizer
 from tests.toy_text import toy_pairs, train_word_spm
 from tests.transformer.helpers import BOS, EOS, PAD, tiny_model
 from transformer import Transformer
-from translation.checkpoint import inference_fields, write_checkpoint
+from translation.checkpoint import write_checkpoint
 
 MAX_POSITIONS = 24
 STEPS = 40

@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from common.checkpoint_fields import inference_fields
 from tests.transformer.helpers import tiny_model
 from tests.translation.export.conftest import TEXTS, output_limit
 from transformer.embeddings import sinusoidal_table
 from translation import Translator
-from translation.checkpoint import inference_fields, load_checkpoint, write_checkpoint
+from translation.checkpoint import load_checkpoint, write_checkpoint
 from translation.export.__main__ import main
 from translation.export.huggingface import marian_permutation, to_marian
 

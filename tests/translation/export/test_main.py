@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from common.checkpoint_fields import inference_fields
 from data.tokenizer import SubwordTokenizer
 from tests.toy_text import toy_pairs, train_word_spm
 from tests.transformer.helpers import tiny_model
-from translation.checkpoint import inference_fields, write_checkpoint
+from translation.checkpoint import write_checkpoint
 from translation.export.__main__ import INSTALL, main
 
 

@@ -1,7 +1,12 @@
-"""What every benchmark script shares: threads, the machine's description, matmul peak, tables, JSON.
+"""The benchmark harness: threads, timing, memory, the machine's description, matmul peak, tables, JSON.
 
-Benchmarks are scripts, not tests: each prints the exact configuration it ran with and a small
-table, and writes the same figures as JSON under ``bench/results/`` (gitignored).
+Benchmarks are scripts, not tests: each prints the exact configuration and machine it ran on
+(:func:`environment`) and a small table (:func:`print_table`), and writes the same figures as JSON
+under ``bench/results/`` (:func:`write_json`, gitignored). A call is timed with :func:`timed`, a
+whole child process with :func:`run_measured` (wall time and peak resident memory), and this
+process's memory read with :func:`peak_rss_mib` and :func:`rss_mib`, so that a figure means the
+same thing in every script. A span that is not one call keeps a clock of its own: a GPU
+synchronised around it, a child polled against a time limit, a warm-up that may fail, a whole run.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import os
 import platform
 import socket
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -157,6 +163,18 @@ def timed(fn: Callable[[], object]) -> tuple[float, object]:
     start = time.perf_counter()
     out = fn()
     return time.perf_counter() - start, out
+
+
+def run_measured(command: Sequence[str], **popen: object) -> tuple[subprocess.Popen, float, float]:
+    """Runs ``command`` to its end: the finished process, its wall seconds and its peak resident
+    memory in MiB (the child's ``ru_maxrss``, as ``/usr/bin/time -v`` reports it). ``popen`` goes
+    to :class:`subprocess.Popen` (a piped stream is left for the caller to read)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(command, **popen)  # type: ignore[call-overload]
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc, seconds, usage.ru_maxrss / 1024  # KiB on Linux
 
 
 def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 8) -> float:
