@@ -22,7 +22,7 @@ each step slower than it need be (BENCHMARKS.md, "Training speed and memory"):
 from 2 MiB), which glibc does fit back into freed blocks; ``mallopt`` has glibc serve every
 block from its heap and keep what is freed there, so a step reuses the previous step's memory
 without faulting it in again; and oneDNN's and ideep's caches are bounded at
-``KERNEL_CACHE`` kernels each, as ``translate.py`` bounds them (``transformer/cpu_kernels.py``):
+``KERNEL_CACHE`` kernels each, as ``translate.py`` bounds them (``fastpaths/allocators.py``):
 a kernel for a new shape is made again (~150 us), which the caches could not avoid anyway,
 since the shapes of one epoch outnumber them; and MKL's ``MKL_DISABLE_FAST_MM`` has MKL free
 its buffers after each product (no slower: 0.99-1.00x the fp32 step). The process then holds
@@ -41,6 +41,8 @@ import platform
 import sys
 from pathlib import Path
 
+from fastpaths.allocators import KERNEL_CACHE, KERNEL_CACHE_SETTINGS  # no torch import there
+
 logger = logging.getLogger(__name__)
 
 # mallopt's parameters (glibc's malloc.h).
@@ -54,13 +56,9 @@ TRIM_THRESHOLD = 1 << 30
 # Heaps: one for every thread that allocates (the main thread, autograd's, the loader's). More
 # heaps only spread the same steps' blocks over more address ranges.
 ARENAS = 1
-# Kernels each of oneDNN's and ideep's caches keep: transformer/cpu_kernels.py's KERNEL_CACHE,
-# under the names its bound_kernel_caches sets (that module imports torch; this one must not).
-KERNEL_CACHE = 16
 _TORCH_SETTINGS = {
     "THP_MEM_ALLOC_ENABLE": "1",
-    "ONEDNN_PRIMITIVE_CACHE_CAPACITY": str(KERNEL_CACHE),
-    "LRU_CACHE_CAPACITY": str(KERNEL_CACHE),
+    **{name: str(KERNEL_CACHE) for name in KERNEL_CACHE_SETTINGS},
     "MKL_DISABLE_FAST_MM": "1",
 }
 
@@ -82,7 +80,7 @@ def configure_allocators() -> bool:
     variables once, at their first allocation and kernel. Harmless to call again; after torch is
     imported, only glibc's settings still take effect.
     """
-    if "torch" in sys.modules:  # too late, and cpu_kernels would take the caches for bounded
+    if "torch" in sys.modules:  # too late, and fastpaths.packed would take the caches for bounded
         logger.debug("torch was imported first: its allocation, kernel-cache and MKL settings stay")
     else:
         for name, value in _TORCH_SETTINGS.items():

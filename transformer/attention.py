@@ -2,12 +2,11 @@
 
 Read top to bottom: :func:`scaled_dot_product_attention` is equation (1) written out;
 :func:`fused_attention` is the same through PyTorch's fused kernels (flash / memory-efficient on
-a GPU); :func:`attend` takes the faster of the two for the shapes at hand, without the weights;
-:class:`SoftmaxAttention` is equation (1) behind the one signature that every attention
-mechanism shares (``mechanisms.py`` lists the others); :class:`MultiHeadAttention` is section
-3.2.2, used three ways; :class:`KVCache` keeps the decoder's keys and values between decoding
-steps. CPU speed-ups (packed weights, written-out attention for small shapes) are delegated to
-``cpu_kernels.py``, which says why.
+a GPU), and :class:`ScaledDotProduct` that function as a module (the mechanisms' kernel, which
+``fastpaths.cpu`` swaps for a CPU one); :class:`SoftmaxAttention` is equation (1) behind the one
+signature that every attention mechanism shares (``mechanisms.py`` lists the others);
+:class:`InProjection` is W_Q, W_K, W_V stacked; :class:`MultiHeadAttention` is section 3.2.2,
+used three ways; :class:`KVCache` keeps the decoder's keys and values between decoding steps.
 
 Mask convention everywhere: a boolean tensor that is True where attention is *allowed*
 (the same as ``torch.nn.functional.scaled_dot_product_attention``).
@@ -22,8 +21,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer import cpu_kernels
-from transformer.cpu_kernels import PackedLinears
 from transformer.registry import Mechanism, register
 
 
@@ -36,7 +33,7 @@ def causal_mask(q_len: int, k_len: int, device: torch.device) -> Tensor:
     return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(diagonal=k_len - q_len)
 
 
-def _with_causal(mask: Tensor | None, q: Tensor, k: Tensor) -> Tensor:
+def with_causal(mask: Tensor | None, q: Tensor, k: Tensor) -> Tensor:
     """``mask`` (or nothing) and the causal mask of queries ``q`` over keys ``k``."""
     allowed = causal_mask(q.size(-2), k.size(-2), q.device)
     return allowed if mask is None else mask & allowed
@@ -65,7 +62,7 @@ def scaled_dot_product_attention(
     """
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
     if causal:
-        mask = _with_causal(mask, q, k)
+        mask = with_causal(mask, q, k)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(dim=-1)
@@ -86,26 +83,29 @@ def fused_attention(
     if causal:
         if mask is None and q.size(-2) == k.size(-2):
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
-        mask = _with_causal(mask, q, k)
+        mask = with_causal(mask, q, k)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
 
 
-def attend(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: Tensor | None = None,
-    causal: bool = False,
-    dropout_p: float = 0.0,
-) -> Tensor:
-    """Equation (1) without the weights, by the faster path for these shapes: PyTorch's fused
-    kernels, or on the CPU the written-out one where it wins (``cpu_kernels.prefers_written_out``).
+class ScaledDotProduct(nn.Module):
+    """Equation (1) without the weights (:func:`fused_attention`), as a module.
 
-    Args and returns as :func:`scaled_dot_product_attention`'s, less the weights.
+    The mechanisms that attend over keys with softmax hold one (``kernel``), so that a
+    transformation can swap it for another computing the same (``fastpaths.cpu``: written out
+    where that is faster on the CPU); it has no parameters.
     """
-    if cpu_kernels.prefers_written_out(q, k.size(2)):  # CPU: bf16 up to 512 keys, decoding's few queries
-        return cpu_kernels.attention(q, k, v, _with_causal(mask, q, k) if causal else mask, dropout_p)
-    return fused_attention(q, k, v, mask, causal, dropout_p)
+
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        dropout_p: float = 0.0,
+    ) -> Tensor:
+        """Args and returns as :func:`scaled_dot_product_attention`'s, less the weights."""
+        return fused_attention(q, k, v, mask, causal, dropout_p)
 
 
 class _RowBlockProjections(torch.autograd.Function):
@@ -183,6 +183,7 @@ class SoftmaxAttention(nn.Module):
     def __init__(self, dropout: float = 0.0) -> None:
         super().__init__()
         self.dropout = dropout
+        self.kernel = ScaledDotProduct()
 
     def forward(
         self,
@@ -201,11 +202,23 @@ class SoftmaxAttention(nn.Module):
         p = self.dropout if self.training else 0.0
         if need_weights:
             return scaled_dot_product_attention(q, k, v, mask, causal, p)
-        return attend(q, k, v, mask, causal, p), None
+        return self.kernel(q, k, v, mask, causal, p), None
 
     def new_state(self, max_steps: int) -> KVCache:
         """An empty K/V cache with room for at most ``KVCache.GROWTH`` steps (most outputs end early)."""
         return KVCache(min(max_steps, KVCache.GROWTH))
+
+
+class InProjection(nn.Linear):
+    """W_Q, W_K and W_V of multi-head attention stacked, [3·d_model, d_model] (the layout of
+    ``torch.nn.MultiheadAttention``'s ``in_proj_weight``): self-attention multiplies all three at
+    once (``forward``), cross-attention the query rows and the key and value rows on their own
+    (:meth:`rows`)."""
+
+    def rows(self, x: Tensor, start: int, stop: int) -> Tensor:
+        """``x`` times rows ``start:stop`` of the matrix: [..., in_features] -> [..., stop - start]."""
+        bias = None if self.bias is None else self.bias[start:stop]
+        return F.linear(x, self.weight[start:stop], bias)
 
 
 class MultiHeadAttention(nn.Module):
@@ -233,13 +246,12 @@ class MultiHeadAttention(nn.Module):
         self.n_heads = n_heads
         self.d_head = d_model // n_heads
         self.mechanism = SoftmaxAttention(dropout) if mechanism is None else mechanism
-        self.in_proj = nn.Linear(d_model, 3 * d_model)
+        self.in_proj = InProjection(d_model, 3 * d_model)
         self.out_proj = nn.Linear(d_model, d_model)
         nn.init.xavier_uniform_(self.in_proj.weight)
         nn.init.zeros_(self.in_proj.bias)
         nn.init.xavier_uniform_(self.out_proj.weight)
         nn.init.zeros_(self.out_proj.bias)
-        self.packed = PackedLinears()  # CPU inference copies of the matrices above (cpu_kernels.py)
 
     def _split_heads(self, x: Tensor) -> Tensor:
         """[batch, len, d_model] -> [batch, heads, len, d_head]."""
@@ -266,9 +278,7 @@ class MultiHeadAttention(nn.Module):
             (k, v), each [batch, heads, src_len, d_head]; or, for a mechanism that declares
             ``summarise`` (linear, Performer, Linformer), its ``SourceSummary`` of them.
         """
-        w = self.in_proj.weight[self.d_model :]
-        b = self.in_proj.bias[self.d_model :]
-        k, v = self.packed.linear("kv", memory, w, b).chunk(2, dim=-1)  # (B, S, D) each
+        k, v = self.in_proj.rows(memory, self.d_model, 3 * self.d_model).chunk(2, dim=-1)  # (B, S, D) each
         # Contiguous once here, or every decoding step's matmul would copy them.
         k, v = self._split_heads(k).contiguous(), self._split_heads(v).contiguous()
         summary = getattr(self.mechanism, "summarise", None)
@@ -378,10 +388,9 @@ class MultiHeadAttention(nn.Module):
         """
         shared_qk = getattr(self.mechanism, "shared_qk", False)
         if shared_qk and x.size(1) > 1:
-            d, w, b = self.d_model, self.in_proj.weight, self.in_proj.bias
             q = self._split_heads(self._project_q(x))
-            return q, q, self._split_heads(self.packed.linear("v", x, w[2 * d :], b[2 * d :]))
-        qkv = self.packed.linear("qkv", x, self.in_proj.weight, self.in_proj.bias)  # (B, T, 3D)
+            return q, q, self._split_heads(self.in_proj.rows(x, 2 * self.d_model, 3 * self.d_model))
+        qkv = self.in_proj(x)  # (B, T, 3D)
         # Split as [B, T, 3, H, Dh] and unbound, not chunked then viewed per tensor: in training,
         # the backward then stacks the three heads' gradients straight into the projection's
         # layout, in one pass, instead of copying each into [B, T, D] and joining the copies.
@@ -392,12 +401,11 @@ class MultiHeadAttention(nn.Module):
 
     def _project_q(self, x: Tensor) -> Tensor:
         """[batch, len, d_model] -> queries [batch, len, d_model] (the first third of in_proj)."""
-        w, b = self.in_proj.weight[: self.d_model], self.in_proj.bias[: self.d_model]
-        return self.packed.linear("q", x, w, b)
+        return self.in_proj.rows(x, 0, self.d_model)
 
     def _project_out(self, out: Tensor) -> Tensor:
         """Attention output [batch, heads, len, d_head] -> [batch, len, d_model] through out_proj."""
-        return self.packed.linear("out", self._merge_heads(out), self.out_proj.weight, self.out_proj.bias)
+        return self.out_proj(self._merge_heads(out))
 
 
 class KVCache:

@@ -35,7 +35,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from transformer.attention import attend, scaled_dot_product_attention
+from transformer.attention import ScaledDotProduct, scaled_dot_product_attention
 from transformer.registry import Mechanism, Setting, register
 
 
@@ -54,6 +54,7 @@ class LinformerAttention(nn.Module):
         std = 1.0 / math.sqrt(projected_length)
         self.e = nn.Parameter(torch.randn(projected_length, max_length) * std)  # E: keys
         self.f = nn.Parameter(torch.randn(projected_length, max_length) * std)  # F: values
+        self.kernel = ScaledDotProduct()  # equation (1) over the projected keys
 
     def _columns(self, n: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """E[:, :n] and F[:, :n] in ``dtype``, [k, n] each; a sequence past ``max_length`` refused."""
@@ -82,7 +83,7 @@ class LinformerAttention(nn.Module):
     def attend_summary(self, q: Tensor, summary: tuple[Tensor, Tensor]) -> Tensor:
         """softmax(Q (E K)ᵀ/√d)(F V): q [B, H, Tq, d], ``summary`` from :meth:`summarise` -> [B, H, Tq, d]."""
         pk, pv = summary
-        return attend(q, pk, pv, dropout_p=self.dropout if self.training else 0.0)
+        return self.kernel(q, pk, pv, dropout_p=self.dropout if self.training else 0.0)
 
     def compresses(self, n: int) -> bool:
         """Whether ``MultiHeadAttention``'s self-attention over n positions goes through
@@ -140,7 +141,7 @@ class LinformerAttention(nn.Module):
         if not need_weights:
             # Equation (1) over the k projected keys and values, by softmax attention's own path:
             # fused where faster, and then the n × k weights are not kept for the backward.
-            return attend(q, pk, pv, dropout_p=p), None
+            return self.kernel(q, pk, pv, dropout_p=p), None
         out, weights = scaled_dot_product_attention(q, pk, pv, dropout_p=p)  # weights (B, H, Tq, k)
         implied = weights @ self.f[:, :n].to(weights.dtype)  # (B, H, Tq, n)
         if mask is not None:

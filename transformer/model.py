@@ -8,7 +8,6 @@ from torch import Tensor, nn
 
 from transformer.attention import DecodingState
 from transformer.config import TransformerConfig
-from transformer.cpu_kernels import PackedLinears
 from transformer.embeddings import Embeddings, PositionalEncoding
 from transformer.layers import DecoderLayer, EncoderLayer
 
@@ -143,40 +142,10 @@ class Transformer(nn.Module):
             self.output.weight = self.tgt_embed.weight
         else:
             nn.init.normal_(self.output.weight, mean=0.0, std=cfg.d_model**-0.5)
-        self.packed = PackedLinears()  # inference copy of the output matrix (cpu_kernels.py)
-
-    def pack_for_inference(self, enabled: bool = True) -> Transformer:
-        """Switches oneDNN-packed weights on (or off) for every linear map (see ``cpu_kernels.py``).
-
-        Packed weights are used only with autograd off and on the CPU, so training is unaffected;
-        they are re-packed by themselves after in-place updates that PyTorch counts (an optimizer's
-        per-tensor step, ``load_state_dict``) and after every switch between training and
-        evaluation (:meth:`train`). Off frees the packed copies.
-        """
-        for packed in self._packed_linears():
-            packed.enabled = enabled
-            packed.clear()
-        return self
-
-    def train(self, mode: bool = True) -> Transformer:
-        """``nn.Module.train``, dropping the packed copies (:meth:`pack_for_inference`) at each call.
-
-        A fused optimizer (``torch.optim.Adam(fused=True)``, the trainer's default) writes the
-        parameters without bumping the version counters that a packed copy is checked against, so
-        copies made in one evaluation would be served, stale, to the next. Training and
-        evaluation alternate through ``train()`` and ``eval()`` (Lightning's validation does), so
-        each evaluation packs the weights it evaluates.
-        """
-        for packed in self._packed_linears():
-            packed.clear()
-        return super().train(mode)
-
-    def _packed_linears(self) -> list[PackedLinears]:
-        return [m.packed for m in self.modules() if isinstance(getattr(m, "packed", None), PackedLinears)]
 
     def logits(self, y: Tensor) -> Tensor:
         """y: [..., d_model] decoder output -> [..., tgt_vocab] through the output projection."""
-        return self.packed.linear("output", y, self.output.weight, self.output.bias)
+        return self.output(y)
 
     def num_parameters(self, trainable_only: bool = True) -> int:
         """Parameter count, each shared (tied) tensor counted once."""

@@ -24,6 +24,7 @@ from torch import Tensor
 
 from data.batching import longest_first_batches
 from data.lines import one_line
+from fastpaths.cpu import for_cpu_inference
 from transformer import Transformer
 from transformer.search import DecodingConfig, beam_search, greedy_search
 from translation.checkpoint import load_checkpoint
@@ -33,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 # Padded source tokens per batch, EOS included, times the beam size: what keeps translate.py
 # with the Multi30k model within 400 MiB, where it bounds oneDNN's kernel caches
-# (``cpu_kernels.bound_kernel_caches``; a process that does not pays ~40 MiB more). Larger
+# (``fastpaths.packed.bound_kernel_caches``; a process that does not pays ~40 MiB more). Larger
 # budgets decode faster and need more memory (BENCHMARKS.md, "Translation memory" and
 # "Translation speed within the memory target").
 DEFAULT_MAX_TOKENS = 3072
@@ -196,7 +197,7 @@ class Translator:
         target_lang: str | None = None,
     ) -> None:
         self.src_prefix = _source_prefix(target_tags or {}, target_lang, tgt_lang)
-        self.model = model.to(device).eval().pack_for_inference()  # oneDNN-packed weights on CPU
+        self.model = for_cpu_inference(model.to(device).eval())  # CPU module swaps (fastpaths.cpu)
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
         self.bos_id, self.eos_id, self.pad_id = bos_id, eos_id, model.cfg.pad_id

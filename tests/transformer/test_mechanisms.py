@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.uncached import Recomputing
+from fastpaths.cpu import for_cpu_inference
 from tests.transformer.helpers import (
     BOS,
     EOS,
@@ -131,7 +132,7 @@ def test_stateful_decoding_equals_full_prefix_with_beams_reordered(attention, gr
     """The mechanism's decoding state, reordered and shrunk as beam search does, == recomputation."""
     model = tiny_model(attention=attention)
     if inference:
-        model.pack_for_inference()
+        for_cpu_inference(model)
     with torch.set_grad_enabled(not inference):
         _check_incremental_decoding(model, group, capacity=2)
 

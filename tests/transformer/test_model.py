@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from fastpaths.cpu import for_cpu_inference
 from tests.transformer.helpers import PAD, random_tokens, tiny_config, tiny_model
 from transformer import Transformer
 
@@ -65,7 +66,7 @@ def test_incremental_decoding_equals_full_prefix(norm_first, group, capacity, in
     """
     model = tiny_model(norm_first)
     if inference:
-        model.pack_for_inference()
+        for_cpu_inference(model)
     with torch.set_grad_enabled(not inference):
         _check_incremental_decoding(model, group, capacity)
 
