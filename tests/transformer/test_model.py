@@ -10,9 +10,20 @@ from transformer import Transformer
 LN_MODES = pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
 
 
+@pytest.fixture(params=["plain", "cpu-inference"])
+def prepare(request):
+    """The model as built (autograd on), or as ``Translator`` runs it: ``fastpaths``' CPU swaps
+    with autograd off (packed weights, written-out attention). The properties hold for both."""
+    if request.param == "plain":
+        yield lambda model: model
+        return
+    with torch.no_grad():
+        yield for_cpu_inference
+
+
 @LN_MODES
-def test_changing_a_later_target_token_leaves_earlier_outputs_unchanged(norm_first):
-    model = tiny_model(norm_first)
+def test_changing_a_later_target_token_leaves_earlier_outputs_unchanged(norm_first, prepare):
+    model = prepare(tiny_model(norm_first))
     src = random_tokens(2, 6, 37)
     tgt = random_tokens(2, 8, 41)
     base = model(src, tgt)
@@ -25,8 +36,8 @@ def test_changing_a_later_target_token_leaves_earlier_outputs_unchanged(norm_fir
 
 
 @LN_MODES
-def test_source_and_target_padding_do_not_change_real_positions(norm_first):
-    model = tiny_model(norm_first)
+def test_source_and_target_padding_do_not_change_real_positions(norm_first, prepare):
+    model = prepare(tiny_model(norm_first))
     src = random_tokens(2, 5, 37)
     tgt = random_tokens(2, 4, 41)
     padded_src = torch.cat([src, torch.full((2, 3), PAD)], dim=1)
@@ -40,8 +51,8 @@ def test_source_and_target_padding_do_not_change_real_positions(norm_first):
 
 
 @LN_MODES
-def test_result_does_not_depend_on_batch_neighbours(norm_first):
-    model = tiny_model(norm_first)
+def test_result_does_not_depend_on_batch_neighbours(norm_first, prepare):
+    model = prepare(tiny_model(norm_first))
     lengths = [3, 7, 5]
     srcs = [random_tokens(1, n, 37) for n in lengths]
     tgt = random_tokens(3, 6, 41)
