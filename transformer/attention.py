@@ -150,8 +150,8 @@ class DecodingState(Protocol):
     reorders it for beam search.
     """
 
-    def select(self, rows: Tensor, spare: Tensor | None = None) -> Tensor | None:
-        """Keeps rows ``rows`` ([new_rows] indices), in that order; returns a free storage or ``spare``."""
+    def select(self, rows: Tensor) -> None:
+        """Keeps rows ``rows`` ([new_rows] indices), in that order."""
         ...
 
 
@@ -408,6 +408,15 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(self._merge_heads(out))
 
 
+class SpareStorage:
+    """A free flat storage that ``KVCache.select`` copies into (or None): one for a decoder's layers."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self) -> None:
+        self.tensor: Tensor | None = None
+
+
 class KVCache:
     """One self-attention layer's keys and values of the decoding steps so far.
 
@@ -420,8 +429,9 @@ class KVCache:
     ``extend`` the buffer is full, so attention reads one contiguous block. (With spare room
     after each (row, head), every 64-float key is 1-2 pages away from the next (row, head)'s,
     and attention over a cache not in the CPU cache was slower that way: BENCHMARKS.md, "Found
-    while profiling, and what became of it".) The decoder's layers pass one spare along
-    (``select`` returns the storage it frees), so all of them together hold one extra storage,
+    while profiling, and what became of it".) The caches of a decoder's layers share one
+    :class:`SpareStorage` (:meth:`share_spare`): each ``select`` copies into it and leaves the
+    storage it frees there for the next layer, so all of them together hold one extra storage,
     not one each.
     """
 
@@ -437,6 +447,15 @@ class KVCache:
         self.length = 0  # steps stored
         self._store: Tensor | None = None  # flat storage of _buf
         self._buf: Tensor | None = None  # [2, rows, heads, room, d_head]
+        self.spare = SpareStorage()  # shared with the other layers' caches by share_spare
+
+    @staticmethod
+    def share_spare(states: list[DecodingState]) -> None:
+        """Gives the ``KVCache`` among ``states`` (a decoder's layers) one spare storage."""
+        spare = SpareStorage()
+        for state in states:
+            if isinstance(state, KVCache):
+                state.spare = spare
 
     def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Appends new steps and returns all of them.
@@ -455,28 +474,29 @@ class KVCache:
         self.length = end
         return self._buf[0, :, :, :end], self._buf[1, :, :, :end]
 
-    def select(self, rows: Tensor, spare: Tensor | None = None) -> Tensor | None:
+    def select(self, rows: Tensor) -> None:
         """Keeps rows ``rows`` ([new_rows] indices), in that order, with room for one more step.
 
-        ``spare``: a free flat storage to copy into if it is big enough (else one is allocated).
-        Returns the storage this frees, for the next layer's ``select``.
+        Copies into the spare storage if it is big enough (else allocates one), and leaves the
+        storage this frees as the spare, for the next layer's ``select``.
         """
         if self._buf is None:
-            return spare
+            return
         old, old_store = self._buf, self._store
         if old.requires_grad:  # out= below does not differentiate
             self._buf = old.index_select(1, rows)
             self._store = None
-            return spare
+            return
         shape = (2, rows.numel(), old.size(2), self.length + 1, old.size(4))
         numel = math.prod(shape)
+        spare = self.spare.tensor
         if spare is None or spare.numel() < numel or spare.dtype != old.dtype:
             # Room for GROWTH more steps, so that the spare is not reallocated every step.
             spare = old.new_empty(numel // (self.length + 1) * (self.length + self.GROWTH))
         new = spare[:numel].view(shape)
         torch.index_select(old[:, :, :, : self.length], 1, rows, out=new[:, :, :, : self.length])
         self._buf, self._store = new, spare
-        return old_store
+        self.spare.tensor = old_store
 
     def _grow(self, like: Tensor, room: int) -> None:
         """A buffer for ``room`` steps, shaped after ``like``, holding the steps so far."""

@@ -84,13 +84,12 @@ class LinearState:
     def z(self) -> Tensor | None:
         return None if self.sz is None else self.sz[..., -1]
 
-    def select(self, rows: Tensor, spare: Tensor | None = None) -> Tensor | None:
-        """Keeps rows ``rows`` ([new_rows] indices) in that order (beam search); ``spare`` is passed on."""
+    def select(self, rows: Tensor) -> None:
+        """Keeps rows ``rows`` ([new_rows] indices) in that order (beam search)."""
         if self.sz is not None:
             self.sz = self.sz.index_select(0, rows)
         if self.offset is not None:
             self.offset = self.offset.index_select(0, rows)
-        return spare
 
 
 def with_ones(v: Tensor) -> Tensor:

@@ -221,13 +221,12 @@ class WindowCache:
         self.summary_k: Tensor | None = None
         self.summary_v: Tensor | None = None
 
-    def select(self, rows: Tensor, spare: Tensor | None = None) -> Tensor | None:
-        """Keeps rows ``rows`` ([new_rows] indices) in that order (beam search); ``spare`` is passed on."""
+    def select(self, rows: Tensor) -> None:
+        """Keeps rows ``rows`` ([new_rows] indices) in that order (beam search)."""
         for name in ("k", "v", "summary_k", "summary_v"):
             x = getattr(self, name)
             if x is not None:
                 setattr(self, name, x.index_select(0, rows))
-        return spare
 
 
 class LocalAttention(nn.Module):

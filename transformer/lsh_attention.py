@@ -132,11 +132,11 @@ class LSHCache:
         self.length = p + 1
         return self.ring.gather(-1, first + self.slots)  # (rows, heads, R, c)
 
-    def select(self, rows: Tensor, spare: Tensor | None = None) -> Tensor | None:
-        """Keeps rows ``rows`` ([new_rows] indices) in that order (beam search); ``spare`` is passed on.
+    def select(self, rows: Tensor) -> None:
+        """Keeps rows ``rows`` ([new_rows] indices) in that order (beam search).
         Copies the steps so far (not the whole capacity) into a new buffer."""
         if self.kv is None:
-            return spare
+            return
         if self.kv.requires_grad:  # out= below does not differentiate
             self.kv = self.kv.index_select(0, rows)
         else:
@@ -145,7 +145,6 @@ class LSHCache:
             torch.index_select(old[:, :, : self.length], 0, rows, out=self.kv[:, :, : self.length])
         self.ring, self.count = self.ring.index_select(0, rows), self.count.index_select(0, rows)
         self._find_starts()
-        return spare
 
     def _find_starts(self) -> None:
         """``starts`` [rows, heads, 1]: where each (row, head)'s positions begin in ``kv`` seen as

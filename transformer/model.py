@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from transformer.attention import DecodingState
+from transformer.attention import DecodingState, KVCache
 from transformer.config import TransformerConfig
 from transformer.embeddings import Embeddings, PositionalEncoding
 from transformer.layers import DecoderLayer, EncoderLayer
@@ -34,7 +34,6 @@ class DecoderState:
     cross_kv: list[tuple[Tensor, Tensor]]
     src_mask: Tensor
     step: int = 0
-    spare: Tensor | None = field(default=None, repr=False)  # a free cache storage (see KVCache.select)
 
     @property
     def n_src(self) -> int:
@@ -49,10 +48,8 @@ class DecoderState:
             sources: [new_n_src] indices of the source sentences still active (finished
                 sentences dropped), or None to keep all.
         """
-        # The buffer each layer frees is where the next one copies to; the last one is kept
-        # for the first layer of the next select.
         for cache in self.self_caches:
-            self.spare = cache.select(rows, self.spare)
+            cache.select(rows)
         if sources is not None:
             self.cross_kv = [type(kv)(x.index_select(0, sources) for x in kv) for kv in self.cross_kv]
             self.src_mask = self.src_mask.index_select(0, sources)
@@ -248,8 +245,10 @@ class Transformer(nn.Module):
         ``max_steps``: the most steps decoding may take. Softmax's caches start with room for at
         most ``KVCache.GROWTH`` and grow when full: most outputs end long before the length limit.
         """
+        states = [layer.self_attn.mechanism.new_state(max_steps) for layer in self.decoder.layers]
+        KVCache.share_spare(states)  # one spare storage for all layers' reorders, not one each
         return DecoderState(
-            self_caches=[layer.self_attn.mechanism.new_state(max_steps) for layer in self.decoder.layers],
+            self_caches=states,
             cross_kv=self.project_memory(memory, src_mask),
             src_mask=src_mask,
         )
