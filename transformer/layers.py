@@ -78,11 +78,19 @@ class EncoderLayer(nn.Module):
         self.attn_sub = Sublayer(d_model, dropout, norm_first, eps)
         self.ffn_sub = Sublayer(d_model, dropout, norm_first, eps)
 
-    def forward(self, x: Tensor, src_mask: Tensor | None) -> Tensor:
-        """x: [batch, src_len, d_model]; src_mask: bool [batch, 1, 1, src_len], True at tokens."""
-        h, _ = self.self_attn.self_attention(self.attn_sub.pre(x), mask=src_mask)
+    def forward(
+        self, x: Tensor, src_mask: Tensor | None, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """x: [batch, src_len, d_model]; src_mask: bool [batch, 1, 1, src_len], True at tokens.
+
+        Returns the layer's output [batch, src_len, d_model] and, if ``need_weights``, the
+        self-attention weights [batch, heads, src_len, src_len] its mechanism implies (else None).
+        """
+        h, weights = self.self_attn.self_attention(
+            self.attn_sub.pre(x), mask=src_mask, need_weights=need_weights
+        )
         x = self.attn_sub.post(x, h)
-        return self.ffn_sub.post(x, self.ffn(self.ffn_sub.pre(x)))
+        return self.ffn_sub.post(x, self.ffn(self.ffn_sub.pre(x))), weights
 
 
 class DecoderLayer(nn.Module):

@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transformer.attention import SummarisingMechanism
 from transformer.feature_maps import (
     EluFeatureMap,
     FavorFeatureMap,
@@ -317,7 +318,7 @@ def _rows(keep: Tensor | None, start: int, block: int) -> Tensor | None:
     return None if keep is None else keep[:, :, start : start + block]
 
 
-class LinearAttention(nn.Module):
+class LinearAttention(SummarisingMechanism):
     """φ(Q)(φ(K)ᵀV) / φ(Q)(φ(K)ᵀ1) (equations (5) and (6)) behind the mechanisms' signature.
 
     Encoder self-attention and cross-attention use the whole-sequence summary [S, Z]

@@ -30,8 +30,9 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
+from transformer.attention import AttentionMechanism
 from transformer.registry import Mechanism, Setting, register
 
 
@@ -229,7 +230,7 @@ class WindowCache:
                 setattr(self, name, x.index_select(0, rows))
 
 
-class LocalAttention(nn.Module):
+class LocalAttention(AttentionMechanism):
     """Local (``dilation`` 1), atrous (``dilation`` > 1) or sparse (``stride`` > 0) attention.
 
     Args:

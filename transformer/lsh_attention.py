@@ -37,10 +37,9 @@ and bucket, the positions of its last c keys, updated as each key arrives (:clas
 new query reads its R sets of c keys, O(R·c·d) a step whatever the length, with no sort and no
 copy of the cache.
 
-The mechanism says ``shared_qk``: ``MultiHeadAttention`` then projects no keys and passes the
-queries in their place (the mechanism uses the queries either way). The key rows of that
-layer's ``in_proj`` get a zero gradient (they are one parameter with the query and value rows,
-so DDP finds no unused one).
+Its ``project`` makes no keys and passes the queries in their place (the mechanism uses the
+queries either way). The key rows of the layer's ``in_proj`` get a zero gradient (they are one
+parameter with the query and value rows, so DDP finds no unused one).
 
 Computed in fp32 whatever the autocast: a bucket must not change with the precision.
 """
@@ -52,8 +51,9 @@ from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
+from transformer.attention import AttentionMechanism, InProjection, split_heads
 from transformer.registry import Mechanism, Setting, register
 
 SELF = -1e5  # a position's score for itself: it attends to itself only when nothing else is allowed
@@ -153,7 +153,7 @@ class LSHCache:
         self.starts = torch.arange(0, rows * heads * room, room, device=self.kv.device).view(rows, heads, 1)
 
 
-class LSHAttention(nn.Module):
+class LSHAttention(AttentionMechanism):
     """Shared-QK LSH attention behind the mechanisms' signature (``attention.SoftmaxAttention``).
 
     Args:
@@ -166,8 +166,6 @@ class LSHAttention(nn.Module):
         window: ``"sliding"`` (c sorted positions each way) or ``"chunks"`` (a query's chunk and the
             one before; non-causal only).
     """
-
-    shared_qk = True  # keys are the normalised queries: MultiHeadAttention projects none
 
     def __init__(
         self,
@@ -187,6 +185,19 @@ class LSHAttention(nn.Module):
         self.window = window
         # R of each round: random rotations, fixed (section 2; equation (4)'s h^(r)).
         self.register_buffer("rotations", torch.randn(d_head, rounds, max(buckets // 2, 1)))
+
+    def project(self, in_proj: InProjection, x: Tensor, n_heads: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries as keys (shared QK) and values, [batch, heads, len, d_head] each, from x
+        [batch, len, d_model]: the key rows of ``in_proj`` are not multiplied (a third of the
+        projection's work), except for a single position (a decoding step), where one product
+        of all three rows costs less than two (each call's overhead outweighs the key rows' work
+        at that size)."""
+        if x.size(1) == 1:
+            q, _, v = super().project(in_proj, x, n_heads)
+            return q, q, v
+        d = in_proj.in_features
+        q = split_heads(in_proj.rows(x, 0, d), n_heads)
+        return q, q, split_heads(in_proj.rows(x, 2 * d, 3 * d), n_heads)
 
     def signed_rotations(self) -> Tensor:
         """[d, rounds·buckets], fp32: each round's [R, −R] side by side, so that one product gives

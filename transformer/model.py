@@ -79,11 +79,15 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(EncoderLayer(**layer_arguments(cfg)) for _ in range(cfg.n_encoder_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
 
-    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
-        """x: [batch, src_len, d_model] embedded source; src_mask: [batch, 1, 1, src_len]."""
+    def forward(self, x: Tensor, src_mask: Tensor, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
+        """x: [batch, src_len, d_model] embedded source; src_mask: [batch, 1, 1, src_len] ->
+        ([batch, src_len, d_model], per-layer self-attention weights if ``need_weights``)."""
+        weights = []
         for layer in self.layers:
-            x = layer(x, src_mask)
-        return self.final_norm(x) if self.final_norm is not None else x
+            x, w = layer(x, src_mask, need_weights)
+            if w is not None:
+                weights.append(w)
+        return (self.final_norm(x) if self.final_norm is not None else x), weights
 
 
 class Decoder(nn.Module):
@@ -155,7 +159,7 @@ class Transformer(nn.Module):
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src: [batch, src_len] ids -> memory [batch, src_len, d_model], mask [batch, 1, 1, src_len]."""
         src_mask = self.source_mask(src)
-        memory = self.encoder(self.src_pos(self.src_embed(src)), src_mask)
+        memory, _ = self.encoder(self.src_pos(self.src_embed(src)), src_mask)
         return memory, src_mask
 
     def project_memory(
@@ -215,27 +219,10 @@ class Transformer(nn.Module):
     def encoder_attention_weights(self, src: Tensor) -> list[Tensor]:
         """Per encoder layer, the self-attention weights [batch, heads, src_len, src_len] its
         mechanism implies (eval mode; n × n, for pictures): softmax's weights, linear attention's
-        normalised φ(q)·φ(k) rows, the pattern local, sparse and LSH attention attend over.
-
-        The mechanisms are asked for their weights (``need_weights``) through forward hooks, so the
-        encoder's own code path is the one that runs.
-        """
-        weights: list[Tensor] = []
-
-        def ask(module: nn.Module, args: tuple) -> tuple:  # (q, k, v, mask, causal, state, need_weights)
-            return (*args[:6], True)
-
-        def keep(module: nn.Module, args: tuple, out: tuple[Tensor, Tensor | None]) -> None:
-            weights.append(out[1])
-
-        mechanisms = [layer.self_attn.mechanism for layer in self.encoder.layers]
-        handles = [m.register_forward_pre_hook(ask) for m in mechanisms]
-        handles += [m.register_forward_hook(keep) for m in mechanisms]
-        try:
-            self.encode(src)
-        finally:
-            for handle in handles:
-                handle.remove()
+        normalised φ(q)·φ(k) rows, the pattern local, sparse and LSH attention attend over,
+        through the encoder's own code path."""
+        src_mask = self.source_mask(src)
+        _, weights = self.encoder(self.src_pos(self.src_embed(src)), src_mask, need_weights=True)
         return weights
 
     def start_decoding(self, memory: Tensor, src_mask: Tensor, max_steps: int = 64) -> DecoderState:
