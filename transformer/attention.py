@@ -3,10 +3,11 @@
 Read top to bottom: :func:`scaled_dot_product_attention` is equation (1) written out;
 :func:`fused_attention` is the same through PyTorch's fused kernels (flash / memory-efficient on
 a GPU), and :class:`ScaledDotProduct` that function as a module (the mechanisms' kernel, which
-``fastpaths.cpu`` swaps for a CPU one); :class:`SoftmaxAttention` is equation (1) behind the one
-signature that every attention mechanism shares (``mechanisms.py`` lists the others);
-:class:`InProjection` is W_Q, W_K, W_V stacked; :class:`MultiHeadAttention` is section 3.2.2,
-used three ways; :class:`KVCache` keeps the decoder's keys and values between decoding steps.
+``fastpaths.cpu`` swaps for a CPU one); :class:`AttentionMechanism` is the one call and state
+signature that every attention mechanism has (``mechanisms.py`` lists them), and
+:class:`SoftmaxAttention` equation (1) behind it; :class:`InProjection` is W_Q, W_K, W_V stacked;
+:class:`MultiHeadAttention` is section 3.2.2, used three ways; :class:`KVCache` keeps the
+decoder's keys and values between decoding steps.
 
 Mask convention everywhere: a boolean tensor that is True where attention is *allowed*
 (the same as ``torch.nn.functional.scaled_dot_product_attention``).

@@ -350,7 +350,7 @@ class LinearAttention(SummarisingMechanism):
         state: LinearState | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        """The mechanisms' signature (``attention.SoftmaxAttention``); mask: key padding [B, 1, 1, Tk]."""
+        """The mechanisms' signature (``attention.AttentionMechanism``); mask: key padding [B, 1, 1, Tk]."""
         if state is not None and not causal:
             raise ValueError("a decoding state is for causal self-attention")
         if not causal and not need_weights:

@@ -47,7 +47,7 @@ from transformer.registry import Mechanism, Setting, register
 
 
 class LinformerAttention(SummarisingMechanism):
-    """softmax(Q (E K)ᵀ/√d)(F V) behind the mechanisms' signature (``attention.SoftmaxAttention``).
+    """softmax(Q (E K)ᵀ/√d)(F V) behind the mechanisms' signature (``attention.AttentionMechanism``).
 
     Args:
         projected_length: k, the projected keys and values.

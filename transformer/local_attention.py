@@ -269,7 +269,7 @@ class LocalAttention(AttentionMechanism):
         state: WindowCache | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        """The mechanisms' signature (``attention.SoftmaxAttention``); mask: key padding [B, 1, 1, n]."""
+        """The mechanisms' signature (``attention.AttentionMechanism``); mask: key padding [B, 1, 1, n]."""
         p = self.dropout if self.training else 0.0
         if state is not None:
             return self._step(q, k, v, state, p), None

@@ -154,7 +154,7 @@ class LSHCache:
 
 
 class LSHAttention(AttentionMechanism):
-    """Shared-QK LSH attention behind the mechanisms' signature (``attention.SoftmaxAttention``).
+    """Shared-QK LSH attention behind the mechanisms' signature (``attention.AttentionMechanism``).
 
     Args:
         d_head: width of the heads (of the rotations).

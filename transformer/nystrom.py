@@ -65,7 +65,7 @@ def iterative_pinv(a: Tensor, iterations: int) -> Tensor:
 
 
 class NystromAttention(AttentionMechanism):
-    """Equation (15) behind the mechanisms' signature (``attention.SoftmaxAttention``).
+    """Equation (15) behind the mechanisms' signature (``attention.AttentionMechanism``).
 
     Args:
         landmarks: m, the segments whose means stand for the queries and keys.
