@@ -142,3 +142,20 @@ def test_bad_config_is_a_clear_error():
 def test_config_round_trips_through_plain_dict():
     cfg = tiny_config(norm_first=True)
     assert type(cfg).from_dict(cfg.to_dict()) == cfg
+
+
+def test_parameter_names_are_the_checkpoints():
+    """The names every checkpoint so far holds its weights under (with ``model.`` before them):
+    renaming one would make the checkpoints written before unloadable without a key mapping."""
+    names = set(tiny_model(n_encoder_layers=1, n_decoder_layers=1, tie_output=False).state_dict())
+    attention = {"in_proj.weight", "in_proj.bias", "out_proj.weight", "out_proj.bias"}
+    ffn = {"ffn.linear1.weight", "ffn.linear1.bias", "ffn.linear2.weight", "ffn.linear2.bias"}
+    norms = lambda *subs: {f"{s}.norm.{p}" for s in subs for p in ("weight", "bias")}  # noqa: E731
+    encoder = {f"self_attn.{n}" for n in attention} | ffn | norms("attn_sub", "ffn_sub")
+    decoder = {f"{a}.{n}" for a in ("self_attn", "cross_attn") for n in attention} | ffn
+    decoder |= norms("self_sub", "cross_sub", "ffn_sub")
+    assert names == (
+        {"src_embed.table.weight", "tgt_embed.table.weight", "output.weight"}
+        | {f"encoder.layers.0.{n}" for n in encoder}
+        | {f"decoder.layers.0.{n}" for n in decoder}
+    )
