@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from transformer.attention import DecodingState, KVCache
+from transformer.attention import DecodingState
 from transformer.config import TransformerConfig
 from transformer.embeddings import Embeddings, PositionalEncoding
+from transformer.kv_cache import KVCache
 from transformer.layers import DecoderLayer, EncoderLayer
 
 

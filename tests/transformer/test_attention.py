@@ -4,12 +4,12 @@ import pytest
 import torch
 
 from transformer.attention import (
-    KVCache,
     MultiHeadAttention,
     causal_mask,
     fused_attention,
     scaled_dot_product_attention,
 )
+from transformer.kv_cache import KVCache
 
 
 def _qkv(b=3, h=2, tq=5, tk=7, d=8):

@@ -17,7 +17,8 @@ from tests.transformer.helpers import (
 )
 from tests.transformer.test_model import _check_incremental_decoding
 from transformer import Transformer, TransformerConfig
-from transformer.attention import KVCache, SoftmaxAttention, SourceSummary
+from transformer.attention import SoftmaxAttention, SourceSummary
+from transformer.kv_cache import KVCache
 from transformer.mechanisms import REFUSED, ROLES, AttentionConfig
 from transformer.search import beam_search, greedy_search
 
