@@ -100,8 +100,8 @@ def test_unknown_mechanisms_settings_and_dropout_without_weights_are_refused():
 
 
 @EACH
-def test_changing_a_later_target_token_leaves_earlier_outputs_unchanged(attention):
-    model = tiny_model(attention=attention)
+def test_changing_a_later_target_token_leaves_earlier_outputs_unchanged(attention, prepare):
+    model = prepare(tiny_model(attention=attention))
     src = random_tokens(2, 6, 37)
     tgt = random_tokens(2, 9, 41)
     base = model(src, tgt)
@@ -114,8 +114,8 @@ def test_changing_a_later_target_token_leaves_earlier_outputs_unchanged(attentio
 
 
 @EACH
-def test_padding_and_batch_neighbours_do_not_change_a_sentence(attention):
-    model = tiny_model(attention=attention)
+def test_padding_and_batch_neighbours_do_not_change_a_sentence(attention, prepare):
+    model = prepare(tiny_model(attention=attention))
     src = ragged_batch([7, 3, 5])
     tgt = random_tokens(3, 6, 41)
     together = model(src, tgt)

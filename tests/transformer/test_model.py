@@ -10,17 +10,6 @@ from transformer import Transformer
 LN_MODES = pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
 
 
-@pytest.fixture(params=["plain", "cpu-inference"])
-def prepare(request):
-    """The model as built (autograd on), or as ``Translator`` runs it: ``fastpaths``' CPU swaps
-    with autograd off (packed weights, written-out attention). The properties hold for both."""
-    if request.param == "plain":
-        yield lambda model: model
-        return
-    with torch.no_grad():
-        yield for_cpu_inference
-
-
 @LN_MODES
 def test_changing_a_later_target_token_leaves_earlier_outputs_unchanged(norm_first, prepare):
     model = prepare(tiny_model(norm_first))
