@@ -17,9 +17,9 @@ import hydra
 from omegaconf import DictConfig
 from omegaconf.errors import InterpolationToMissingValueError, MissingMandatoryValue
 
-from training.memory import configure_allocators
+from fastpaths.allocators import configure_allocators
 
-configure_allocators()  # before torch is imported and allocates (training/memory.py)
+configure_allocators()  # before torch is imported and allocates (fastpaths/allocators.py)
 
 from data.corpus import CorpusError, CorpusNotFoundError  # noqa: E402
 from data.tokenizer import SpmModelError  # noqa: E402

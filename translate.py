@@ -32,7 +32,7 @@ import torch
 from tqdm import tqdm
 
 from data.lines import LineMode, decode_lines
-from transformer import cpu_kernels
+from fastpaths.packed import bound_kernel_caches
 from transformer.hardware import bf16_capability
 from translation.checkpoint import CheckpointError
 from translation.stream import line_chunks
@@ -520,8 +520,8 @@ def worker_pool(translator: Translator, workers: int, threads: int | None) -> It
 
 def run(args: argparse.Namespace) -> None:
     # Before the first matmul: a few kernels kept instead of one per row count decoding meets
-    # (transformer/cpu_kernels.py, 1.), so batches fit in less memory and need no padded rows.
-    cpu_kernels.bound_kernel_caches()
+    # (fastpaths/packed.py), so batches fit in less memory and need no padded rows.
+    bound_kernel_caches()
     if args.threads is not None and args.workers == 1:
         torch.set_num_threads(args.threads)
     # Files first (cheap, and a typo is reported at once), then the model, then stdin: an

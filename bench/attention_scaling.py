@@ -13,7 +13,7 @@ plus ``written`` (equation (1) written out, the n x n weights materialised) and 
 in two scopes: ``core``, the mechanism module from projected Q, K, V to the heads' output (as
 ``MultiHeadAttention`` calls it), and ``layer``, the whole ``MultiHeadAttention`` with its
 projections. ``softmax`` is the mechanism module itself (SDPA in fp32 on a CPU, written out
-under bf16: ``cpu_kernels.prefers_written_out``).
+under bf16: ``fastpaths.attention.prefers_written_out``).
 
 Each configuration runs in its own child process (this script with ``--child``): a warm-up call,
 then up to ``--repeats`` timed calls (fewer when they are slow), the median reported. Peak

@@ -93,6 +93,7 @@ from bench.harness import (  # noqa: E402
     timed,
     write_json,
 )
+from fastpaths.cpu import for_cpu_inference  # noqa: E402
 from transformer import Transformer, TransformerConfig  # noqa: E402
 from translation.export.ctranslate2 import to_ctranslate2  # noqa: E402
 from translation.workers import WorkerPool  # noqa: E402
@@ -249,7 +250,7 @@ def random_model(seed: int) -> Transformer:
         share_embeddings=True,
         tie_output=True,
     )
-    return Transformer(cfg).eval().pack_for_inference()
+    return for_cpu_inference(Transformer(cfg).eval())
 
 
 def random_sources(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:

@@ -20,6 +20,7 @@ from torch.utils.flop_counter import FlopCounterMode, flop_registry, register_fl
 
 from bench.ct2_worker import CT2Worker
 from bench.uncached import Recomputing
+from fastpaths.cpu import for_cpu_inference
 from transformer import Transformer
 from transformer.search import beam_search, greedy_search
 from translation.export.huggingface import to_marian
@@ -174,7 +175,7 @@ def make_systems(
         closers.append(worker.close)
         return ct2_fn(worker)
 
-    bf16 = copy.deepcopy(model).to(torch.bfloat16).pack_for_inference() if "bf16" in extra else None
+    bf16 = for_cpu_inference(copy.deepcopy(model).to(torch.bfloat16)) if "bf16" in extra else None
     # name -> a function that builds the system (only those not skipped are built)
     builders: dict[str, Callable[[], Callable]] = {
         "ours": lambda: ours_fn(model),
@@ -228,7 +229,8 @@ def cache_flops(model: Transformer, batches: list[Batch], beam: int, forced: int
     than the uncached one. Counted with packing off (the counter sees aten's matmuls, not
     oneDNN's packed linear maps); the attention scores count whole, causal or not.
     """
-    plain = copy.deepcopy(model).pack_for_inference(False)
+    plain = Transformer(model.cfg).eval()  # without the CPU swaps (a copy of a swapped model keeps them)
+    plain.load_state_dict(model.state_dict())
     flops = {}
     for use_cache in (True, False):
         with FlopCounterMode(display=False) as counter:

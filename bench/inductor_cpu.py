@@ -17,7 +17,7 @@ compiled before the timing; eager and compiled alternate, medians of ``--repeats
   defaults and with ``torch._functorch.config.ban_recompute_materialized_backward`` off: with the
   default, the partitioner keeps ReLU's comparison as a bool tensor for the backward pass beside
   the output it keeps anyway;
-* LayerNorm(r + dropout(x)) forward and backward: ours eager (``transformer.cpu_kernels.Dropout``)
+* LayerNorm(r + dropout(x)) forward and backward: ours eager (``fastpaths.dropout.Dropout``)
   against the same module compiled, where it is ``nn.Dropout`` and inductor draws the mask.
 
 The columns: ms eager, ms compiled, compiled / eager (> 1: compiled is slower).
@@ -49,7 +49,7 @@ from bench.harness import (  # noqa: E402
     timed,
     write_json,
 )
-from transformer.cpu_kernels import Dropout  # noqa: E402
+from fastpaths.dropout import Dropout  # noqa: E402
 
 D_MODEL, D_FF, P_DROP = 256, 1024, 0.2  # the recipe's model (conf/model/small.yaml, cpu_recipe.yaml)
 

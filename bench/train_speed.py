@@ -69,6 +69,7 @@ from bench.harness import (  # noqa: E402
     write_json,
 )
 from data.batching import token_budget_batches  # noqa: E402
+from fastpaths.cpu import for_cpu_training  # noqa: E402
 from training.loss import BLOCK_ROWS  # noqa: E402
 from training.module import token_losses  # noqa: E402
 from transformer import Transformer, TransformerConfig  # noqa: E402
@@ -143,7 +144,7 @@ def build_ours(s: Sizes) -> Transformer:
         share_embeddings=True,
         tie_output=True,
     )
-    return Transformer(cfg)
+    return for_cpu_training(Transformer(cfg))  # the CPU module swaps the trainer applies
 
 
 # ----------------------------------------------------------------------------- batches

@@ -22,7 +22,7 @@ def test_no_local_corpus_and_no_hub_is_one_message_without_traceback(tmp_path: P
     # A copy of the program, so that its ../shared/data/multi30k truly does not exist (the path is
     # computed from the package location); HF_HUB_OFFLINE and an empty cache stand for no network.
     project = tmp_path / "checkout" / "nmt-transformer"
-    for name in ("train.py", "conf", "data", "training", "transformer", "translation"):
+    for name in ("train.py", "conf", "data", "training", "transformer", "fastpaths", "translation"):
         if (ROOT / name).is_dir():
             shutil.copytree(ROOT / name, project / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:

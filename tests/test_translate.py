@@ -23,9 +23,9 @@ import torch.nn.functional as F
 import translate
 from bench.uncached import Recomputing
 from common.checkpoint_fields import inference_fields
+from fastpaths.packed import PackedLinear
 from tests.toy_text import LEXICON, toy_pairs, train_word_spm, translate_words
 from transformer import Transformer, TransformerConfig, hardware
-from transformer.cpu_kernels import PackedLinears
 from translation.checkpoint import write_checkpoint
 from translation.translator import DEFAULT_MAX_TOKENS, SearchOptions, Translator
 
@@ -354,8 +354,8 @@ def cpu_report(model: Transformer, _: object) -> tuple[int, str, bool, frozenset
     packs = frozenset(
         key[-1]
         for module in model.modules()
-        if isinstance(getattr(module, "packed", None), PackedLinears)
-        for key, _, _ in module.packed._packs.values()
+        if isinstance(module, PackedLinear)
+        for key, _, _ in module._packs.values()
     )
     return os.getpid(), torch.backends.cpu.get_cpu_capability(), hardware.native_bf16(), packs
 

@@ -15,7 +15,7 @@ judged and used by, as fairseq's ``--ema-decay`` and Marian's ``--exponential-sm
 
 Lightning's ``WeightAveraging`` callback does much the same, but it averages the whole
 LightningModule, swaps weights through ``.data`` (which bypasses the version counters the CPU's
-packed inference weights are keyed on: ``transformer/cpu_kernels.py``), keeps the average on the
+packed inference weights are keyed on: ``fastpaths/packed.py``), keeps the average on the
 device the module had before the strategy moved it, and copies the average into the model at
 ``on_train_end``, before ``ModelCheckpoint`` may write ``last.ckpt`` there, whose training
 weights would then be the average.

@@ -27,6 +27,7 @@ from common.metrics import CorpusScores, corpus_scores
 from data.batching import DECODING_TOKENS
 from data.corpora import valid_split_key
 from data.tokenizer import SPECIAL_IDS
+from fastpaths.cpu import for_cpu_training
 from training.loss import token_cross_entropy
 from training.memory import peak_resident_mib, release_free_memory, resident_mib
 from training.nonfinite import NonFiniteGuard, total_grad_norm
@@ -230,10 +231,11 @@ class TranslationModule(L.LightningModule):
                 "tgt_lang": tgt_lang,
             }
         )
-        self.model = Transformer(TransformerConfig.from_dict({**model, "pad_id": special_ids["pad_id"]}))
-        # Validation and test decoding (autograd off, CPU) use packed weights, packed again on
-        # first use after optimizer steps changed them; training never uses them (cpu_kernels.py).
-        self.model.pack_for_inference()
+        # The CPU's module swaps (fastpaths.cpu): dropout masks while training, packed weights
+        # in validation and test decoding (autograd off); elsewhere they are the plain modules.
+        self.model = for_cpu_training(
+            Transformer(TransformerConfig.from_dict({**model, "pad_id": special_ids["pad_id"]}))
+        )
         self.pad_id, self.bos_id, self.eos_id = (special_ids[k] for k in ("pad_id", "bos_id", "eos_id"))
         self.output_dir: str | None = None  # where the test stage writes its translations
         self.test_scores: CorpusScores | None = None

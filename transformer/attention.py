@@ -2,12 +2,12 @@
 
 Read top to bottom: :func:`scaled_dot_product_attention` is equation (1) written out;
 :func:`fused_attention` is the same through PyTorch's fused kernels (flash / memory-efficient on
-a GPU); :func:`attend` takes the faster of the two for the shapes at hand, without the weights;
-:class:`SoftmaxAttention` is equation (1) behind the one signature that every attention
-mechanism shares (``mechanisms.py`` lists the others); :class:`MultiHeadAttention` is section
-3.2.2, used three ways; :class:`KVCache` keeps the decoder's keys and values between decoding
-steps. CPU speed-ups (packed weights, written-out attention for small shapes) are delegated to
-``cpu_kernels.py``, which says why.
+a GPU), and :class:`ScaledDotProduct` that function as a module (the mechanisms' kernel, which
+``fastpaths.cpu`` swaps for a CPU one); :class:`AttentionMechanism` is the one call and state
+signature that every attention mechanism has (``mechanisms.py`` lists them), and
+:class:`SoftmaxAttention` equation (1) behind it; :class:`InProjection` is W_Q, W_K, W_V stacked;
+:class:`MultiHeadAttention` is section 3.2.2, used three ways; :class:`KVCache` keeps the
+decoder's keys and values between decoding steps (``kv_cache.py``).
 
 Mask convention everywhere: a boolean tensor that is True where attention is *allowed*
 (the same as ``torch.nn.functional.scaled_dot_product_attention``).
@@ -22,8 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer import cpu_kernels
-from transformer.cpu_kernels import PackedLinears
+from transformer.kv_cache import KVCache
 from transformer.registry import Mechanism, register
 
 
@@ -36,7 +35,7 @@ def causal_mask(q_len: int, k_len: int, device: torch.device) -> Tensor:
     return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(diagonal=k_len - q_len)
 
 
-def _with_causal(mask: Tensor | None, q: Tensor, k: Tensor) -> Tensor:
+def with_causal(mask: Tensor | None, q: Tensor, k: Tensor) -> Tensor:
     """``mask`` (or nothing) and the causal mask of queries ``q`` over keys ``k``."""
     allowed = causal_mask(q.size(-2), k.size(-2), q.device)
     return allowed if mask is None else mask & allowed
@@ -65,7 +64,7 @@ def scaled_dot_product_attention(
     """
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
     if causal:
-        mask = _with_causal(mask, q, k)
+        mask = with_causal(mask, q, k)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = scores.softmax(dim=-1)
@@ -86,60 +85,35 @@ def fused_attention(
     if causal:
         if mask is None and q.size(-2) == k.size(-2):
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
-        mask = _with_causal(mask, q, k)
+        mask = with_causal(mask, q, k)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
 
 
-def attend(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    mask: Tensor | None = None,
-    causal: bool = False,
-    dropout_p: float = 0.0,
-) -> Tensor:
-    """Equation (1) without the weights, by the faster path for these shapes: PyTorch's fused
-    kernels, or on the CPU the written-out one where it wins (``cpu_kernels.prefers_written_out``).
+class ScaledDotProduct(nn.Module):
+    """Equation (1) without the weights (:func:`fused_attention`), as a module.
 
-    Args and returns as :func:`scaled_dot_product_attention`'s, less the weights.
-    """
-    if cpu_kernels.prefers_written_out(q, k.size(2)):  # CPU: bf16 up to 512 keys, decoding's few queries
-        return cpu_kernels.attention(q, k, v, _with_causal(mask, q, k) if causal else mask, dropout_p)
-    return fused_attention(q, k, v, mask, causal, dropout_p)
-
-
-class _RowBlockProjections(torch.autograd.Function):
-    """``x_i W_iᵀ`` for inputs x_0 .. x_{m-1} [..., D] and the m row blocks W_i [D', D] of one
-    matrix W [m·D', D] (``MultiHeadAttention.in_proj``'s Q, K, V rows).
-
-    Its backward writes each block's gradient into W's one gradient [m·D', D] as it computes it.
-    Through m views of W, autograd would hold the m blocks' gradients until the last is computed,
-    and then their stack as well: m·D'·D more floats at the end of every backward.
+    The mechanisms that attend over keys with softmax hold one (``kernel``), so that a
+    transformation can swap it for another computing the same (``fastpaths.cpu``: written out
+    where that is faster on the CPU); it has no parameters.
     """
 
-    @staticmethod
-    def forward(ctx: torch.autograd.function.FunctionCtx, weight: Tensor, *xs: Tensor) -> tuple[Tensor, ...]:
-        ctx.save_for_backward(weight, *xs)
-        return tuple(F.linear(x, w) for x, w in zip(xs, weight.unflatten(0, (len(xs), -1)), strict=True))
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        dropout_p: float = 0.0,
+    ) -> Tensor:
+        """Args and returns as :func:`scaled_dot_product_attention`'s, less the weights."""
+        return fused_attention(q, k, v, mask, causal, dropout_p)
 
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx: torch.autograd.function.FunctionCtx, *grads: Tensor) -> tuple[Tensor | None, ...]:
-        weight, *xs = ctx.saved_tensors
-        blocks = weight.unflatten(0, (len(xs), -1))
-        grad_weight = torch.empty_like(weight) if ctx.needs_input_grad[0] else None
-        grad_xs: list[Tensor | None] = []
-        for i, (x, g, w) in enumerate(zip(xs, grads, blocks, strict=True)):
-            # g is in the dtype the forward computed in (bf16 under autocast); x and W as given.
-            if grad_weight is not None:
-                block = grad_weight.unflatten(0, (len(xs), -1))[i]  # (D', D), a view
-                g_rows, x_rows = g.reshape(-1, g.size(-1)), x.reshape(-1, x.size(-1)).to(g.dtype)
-                if g.dtype == block.dtype:
-                    torch.mm(g_rows.t(), x_rows, out=block)
-                else:
-                    block.copy_(g_rows.t() @ x_rows)
-            grad_xs.append(g @ w.to(g.dtype) if ctx.needs_input_grad[i + 1] else None)
-        return (grad_weight, *grad_xs)
+
+def split_heads(x: Tensor, n_heads: int) -> Tensor:
+    """[batch, len, heads·d_head] -> [batch, heads, len, d_head] (a view)."""
+    b, t, _ = x.shape
+    return x.view(b, t, n_heads, -1).transpose(1, 2)
 
 
 class DecodingState(Protocol):
@@ -150,14 +124,14 @@ class DecodingState(Protocol):
     reorders it for beam search.
     """
 
-    def select(self, rows: Tensor, spare: Tensor | None = None) -> Tensor | None:
-        """Keeps rows ``rows`` ([new_rows] indices), in that order; returns a free storage or ``spare``."""
+    def select(self, rows: Tensor) -> None:
+        """Keeps rows ``rows`` ([new_rows] indices), in that order."""
         ...
 
 
 class SourceSummary(tuple):
-    """Cross-attention's source as a mechanism that ``summarise``s keeps it (a tuple of tensors,
-    each [n_src, ...]): [S, Z] for linear attention and the Performer, (E K, F V) for Linformer.
+    """Cross-attention's source as a summarising mechanism keeps it (a tuple of tensors, each
+    [n_src, ...]): [S, Z] for linear attention and the Performer, (E K, F V) for Linformer.
 
     Made once per source sentence by ``MultiHeadAttention.project_kv``, as softmax's K/V are, and
     then every decoding step's queries read it (``mechanism.attend_summary``) instead of reducing
@@ -166,23 +140,96 @@ class SourceSummary(tuple):
     """
 
 
-class SoftmaxAttention(nn.Module):
-    """Equation (1), the mechanism every other one is compared with, behind the mechanisms' signature.
+class AttentionMechanism(nn.Module):
+    """What every attention mechanism is: one call and one state signature, and the projections.
 
-    Every mechanism (``mechanisms.py``) is called the same way, by ``MultiHeadAttention``::
-
-        out, weights = mechanism(q, k, v, mask, causal, state, need_weights)
-
-    with q: [batch, heads, q_len, d_k]; k, v: [batch, heads, k_len, d_k]; mask: bool
-    [batch, 1, 1, k_len] (True at real keys) or None; causal: query i sees keys up to its own
+    ``forward(q, k, v, mask, causal, state, need_weights) -> (out, weights)`` computes attention
+    from the projected heads: q [batch, heads, q_len, d_k]; k, v [batch, heads, k_len, d_k]; mask
+    bool [batch, 1, 1, k_len] (True at real keys) or None; causal: query i sees keys up to its own
     position; state: decoding only, from ``new_state``, updated in place with this call's keys;
-    need_weights: also return the weights [batch, heads, q_len, k_len] (written out; for
-    pictures). Here the state is a ``KVCache``: O(n²) time and O(n) memory per decoded sequence.
+    need_weights: also return the weights [batch, heads, q_len, k_len] (for pictures), else None.
+
+    The rest has defaults that a mechanism overrides where it differs, so that
+    ``MultiHeadAttention`` asks nothing about which mechanism it holds:
+
+    * ``project``: self-attention's Q, K, V from the layer's input (LSH's keys are its queries);
+    * ``self_attention``: ``project`` then ``forward`` (Linformer projects the sequence first);
+    * ``source`` and ``attend_source``: what cross-attention keeps of the source's keys and
+      values, once per source, and how its queries read it (:class:`SummarisingMechanism`);
+    * ``new_state``: the decoding state (mechanisms that can be causal).
+    """
+
+    def new_state(self, max_steps: int) -> DecodingState:
+        """An empty decoding state for at most ``max_steps`` steps of causal self-attention."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no decoding state: it cannot be causal")
+
+    def project(self, in_proj: InProjection, x: Tensor, n_heads: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Self-attention's queries, keys, values, each [batch, heads, len, d_head], from x
+        [batch, len, d_model] through W_Q, W_K, W_V (``in_proj``) in one product."""
+        qkv = in_proj(x)  # (B, T, 3D)
+        # Split as [B, T, 3, H, Dh] and unbound, not chunked then viewed per tensor: in training,
+        # the backward then stacks the three heads' gradients straight into the projection's
+        # layout, in one pass, instead of copying each into [B, T, D] and joining the copies.
+        b, t, _ = qkv.shape
+        q, k, v = qkv.view(b, t, 3, n_heads, -1).unbind(2)  # (B, T, H, Dh) each
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+    def self_attention(
+        self,
+        in_proj: InProjection,
+        x: Tensor,
+        n_heads: int,
+        mask: Tensor | None,
+        causal: bool,
+        state: DecodingState | None,
+        need_weights: bool,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attention of x [batch, len, d_model] to itself: heads [batch, heads, len, d_head] and
+        the weights or None (the other arguments as ``forward``'s)."""
+        q, k, v = self.project(in_proj, x, n_heads)
+        return self(q, k, v, mask, causal, state, need_weights)
+
+    def source(self, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, ...]:
+        """What cross-attention keeps of a source's keys and values [batch, heads, src_len, d_head]
+        (``mask``: its padding [batch, 1, 1, src_len]): here (k, v) themselves."""
+        return k, v
+
+    def attend_source(
+        self, q: Tensor, source: tuple[Tensor, ...], mask: Tensor | None, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """Queries [batch, heads, q_len, d_head] over a ``source`` (or (k, v)), non-causal."""
+        return self(q, *source, mask, False, None, need_weights)
+
+
+class SummarisingMechanism(AttentionMechanism):
+    """A mechanism whose queries read a fixed-size summary of the keys and values (linear
+    attention, the Performer, Linformer): ``summarise(k, v, mask) -> tuple`` and
+    ``attend_summary(q, summary) -> out``. Cross-attention keeps the summary (a
+    :class:`SourceSummary`), made once per source, and has no weights from it."""
+
+    def source(self, k: Tensor, v: Tensor, mask: Tensor | None) -> SourceSummary:
+        return SourceSummary(self.summarise(k, v, mask))
+
+    def attend_source(
+        self, q: Tensor, source: tuple[Tensor, ...], mask: Tensor | None, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        if not isinstance(source, SourceSummary):  # the keys and values themselves
+            return super().attend_source(q, source, mask, need_weights)
+        if need_weights:
+            raise ValueError("a SourceSummary has no weights: project_kv(..., summarise=False) for them")
+        return self.attend_summary(q, source), None
+
+
+class SoftmaxAttention(AttentionMechanism):
+    """Equation (1), the mechanism every other one is compared with (:class:`AttentionMechanism`'s
+    signature). Its decoding state is a ``KVCache``: O(n²) time and O(n) memory per decoded
+    sequence.
     """
 
     def __init__(self, dropout: float = 0.0) -> None:
         super().__init__()
         self.dropout = dropout
+        self.kernel = ScaledDotProduct()
 
     def forward(
         self,
@@ -201,30 +248,41 @@ class SoftmaxAttention(nn.Module):
         p = self.dropout if self.training else 0.0
         if need_weights:
             return scaled_dot_product_attention(q, k, v, mask, causal, p)
-        return attend(q, k, v, mask, causal, p), None
+        return self.kernel(q, k, v, mask, causal, p), None
 
     def new_state(self, max_steps: int) -> KVCache:
         """An empty K/V cache with room for at most ``KVCache.GROWTH`` steps (most outputs end early)."""
         return KVCache(min(max_steps, KVCache.GROWTH))
 
 
+class InProjection(nn.Linear):
+    """W_Q, W_K and W_V of multi-head attention stacked, [3·d_model, d_model] (the layout of
+    ``torch.nn.MultiheadAttention``'s ``in_proj_weight``): self-attention multiplies all three at
+    once (``forward``), cross-attention the query rows and the key and value rows on their own
+    (:meth:`rows`)."""
+
+    def rows(self, x: Tensor, start: int, stop: int) -> Tensor:
+        """``x`` times rows ``start:stop`` of the matrix: [..., in_features] -> [..., stop - start]."""
+        bias = None if self.bias is None else self.bias[start:stop]
+        return F.linear(x, self.weight[start:stop], bias)
+
+
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention (paper, section 3.2.2), used three ways.
+    """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W_O, head_i = Attention(Q W_Q^i, K W_K^i,
+    V W_V^i) (paper, section 3.2.2), used three ways:
 
     * encoder self-attention: ``self_attention(x, mask=src_mask)``;
-    * decoder masked self-attention: ``self_attention(y, causal=True, cache=KVCache())``;
+    * decoder masked self-attention: ``self_attention(y, causal=True, cache=state)``;
     * encoder-decoder attention: ``cross_attention(y, project_kv(memory, src_mask), mask=src_mask)``.
 
-    The Q, K and V projections live in one [3*d_model, d_model] matrix (``in_proj``), the layout
-    of ``torch.nn.MultiheadAttention``: self-attention does one matmul for all three, and
-    cross-attention uses the rows for Q on the decoder and those for K, V on the encoder output.
-
-    ``mechanism`` computes attention from the projected heads (``SoftmaxAttention``, equation (1),
-    unless another is given: ``mechanisms.build_mechanism``); ``dropout`` is softmax's.
+    W_Q, W_K, W_V live in one [3·d_model, d_model] matrix (:class:`InProjection`). ``mechanism``
+    computes the heads' attention (``SoftmaxAttention``, equation (1), unless another is given:
+    ``mechanisms.build_mechanism``), and for self-attention takes the projection too
+    (:meth:`AttentionMechanism.self_attention`); ``dropout`` is softmax's.
     """
 
     def __init__(
-        self, d_model: int, n_heads: int, dropout: float = 0.0, mechanism: nn.Module | None = None
+        self, d_model: int, n_heads: int, dropout: float = 0.0, mechanism: AttentionMechanism | None = None
     ) -> None:
         super().__init__()
         if d_model % n_heads:
@@ -233,48 +291,12 @@ class MultiHeadAttention(nn.Module):
         self.n_heads = n_heads
         self.d_head = d_model // n_heads
         self.mechanism = SoftmaxAttention(dropout) if mechanism is None else mechanism
-        self.in_proj = nn.Linear(d_model, 3 * d_model)
+        self.in_proj = InProjection(d_model, 3 * d_model)
         self.out_proj = nn.Linear(d_model, d_model)
         nn.init.xavier_uniform_(self.in_proj.weight)
         nn.init.zeros_(self.in_proj.bias)
         nn.init.xavier_uniform_(self.out_proj.weight)
         nn.init.zeros_(self.out_proj.bias)
-        self.packed = PackedLinears()  # CPU inference copies of the matrices above (cpu_kernels.py)
-
-    def _split_heads(self, x: Tensor) -> Tensor:
-        """[batch, len, d_model] -> [batch, heads, len, d_head]."""
-        b, t, _ = x.shape
-        return x.view(b, t, self.n_heads, self.d_head).transpose(1, 2)
-
-    def _merge_heads(self, x: Tensor) -> Tensor:
-        """[batch, heads, len, d_head] -> [batch, len, d_model]."""
-        b, _, t, _ = x.shape
-        return x.transpose(1, 2).reshape(b, t, self.d_model)
-
-    def project_kv(
-        self, memory: Tensor, mask: Tensor | None = None, summarise: bool = True
-    ) -> tuple[Tensor, ...]:
-        """Encoder output to what cross-attention reads, once per source sentence.
-
-        Args:
-            memory: [batch, src_len, d_model].
-            mask: bool [batch, 1, 1, src_len], True at real source tokens (a summary leaves the
-                padding out here; softmax's K/V take it in ``cross_attention``).
-            summarise: False keeps (k, v) even for a mechanism that summarises (for its weights).
-
-        Returns:
-            (k, v), each [batch, heads, src_len, d_head]; or, for a mechanism that declares
-            ``summarise`` (linear, Performer, Linformer), its ``SourceSummary`` of them.
-        """
-        w = self.in_proj.weight[self.d_model :]
-        b = self.in_proj.bias[self.d_model :]
-        k, v = self.packed.linear("kv", memory, w, b).chunk(2, dim=-1)  # (B, S, D) each
-        # Contiguous once here, or every decoding step's matmul would copy them.
-        k, v = self._split_heads(k).contiguous(), self._split_heads(v).contiguous()
-        summary = getattr(self.mechanism, "summarise", None)
-        if summary is None or not summarise:
-            return k, v
-        return SourceSummary(summary(k, v, mask))
 
     def self_attention(
         self,
@@ -297,33 +319,34 @@ class MultiHeadAttention(nn.Module):
         Returns:
             [batch, len, d_model] and the weights [batch, heads, len, keys] or None.
         """
-        compresses = getattr(self.mechanism, "compresses", None)  # linformer
-        if compresses is not None and compresses(x.size(1)):
-            return self._compressed_self_attention(x, mask, causal, cache, need_weights)
-        q, k, v = self._project_qkv(x)  # (B, H, T, Dh) each
-        out, weights = self.mechanism(q, k, v, mask, causal, cache, need_weights)
+        out, weights = self.mechanism.self_attention(
+            self.in_proj, x, self.n_heads, mask, causal, cache, need_weights
+        )  # (B, H, T, Dh)
         return self._project_out(out), weights
 
-    def _compressed_self_attention(
-        self, x: Tensor, mask: Tensor | None, causal: bool, cache: object | None, need_weights: bool
-    ) -> tuple[Tensor, Tensor | None]:
-        """``self_attention`` for a mechanism that projects the sequence (linformer): its
-        ``compress`` gives E x and F x, [B, k, d_model], and W_K, W_V then project k rows, not
-        n (linformer.py says why that is its E K and F V). The queries as usual."""
-        b_q, b_k, b_v = self.in_proj.bias.view(3, self.d_model).unbind(0)
-        ex, fx, e_keep, f_keep = self.mechanism.compress(x, mask)  # (B, k, D) x2, (B or 1, k, 1) x2
-        q, pk, pv = _RowBlockProjections.apply(self.in_proj.weight, x, ex, fx)  # x W_Qᵀ, (E x) W_Kᵀ, ...
-        q = self._split_heads(q + b_q.to(q.dtype))  # (B, H, T, Dh)
-        pk = pk + (e_keep * b_k).to(pk.dtype)  # (B, k, D): E K
-        pv = pv + (f_keep * b_v).to(pv.dtype)  # F V
-        pk, pv, n = self._split_heads(pk), self._split_heads(pv), x.size(1)
-        out, weights = self.mechanism(q, pk, pv, mask, causal, cache, need_weights, projected_from=n)
-        return self._project_out(out), weights
+    def project_kv(
+        self, memory: Tensor, mask: Tensor | None = None, summarise: bool = True
+    ) -> tuple[Tensor, ...]:
+        """Encoder output to what cross-attention reads, once per source sentence.
+
+        Args:
+            memory: [batch, src_len, d_model].
+            mask: bool [batch, 1, 1, src_len], True at real source tokens.
+            summarise: False keeps (k, v) even for a mechanism that summarises (for its weights).
+
+        Returns:
+            (k, v), each [batch, heads, src_len, d_head], or what the mechanism keeps of them
+            (``mechanism.source``: a ``SourceSummary`` for linear, Performer, Linformer).
+        """
+        kv = self.in_proj.rows(memory, self.d_model, 3 * self.d_model)  # (B, S, 2D)
+        # Contiguous once here, or every decoding step's matmul would copy them.
+        k, v = (split_heads(x, self.n_heads).contiguous() for x in kv.chunk(2, dim=-1))
+        return self.mechanism.source(k, v, mask) if summarise else (k, v)
 
     def cross_attention(
         self,
         x: Tensor,
-        kv: tuple[Tensor, Tensor],
+        kv: tuple[Tensor, ...],
         mask: Tensor | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
@@ -335,31 +358,24 @@ class MultiHeadAttention(nn.Module):
 
         Args:
             x: [n_src * g, len, d_model] decoder states.
-            kv: (k, v) from ``project_kv``, each [n_src, heads, src_len, d_head], or its
-                ``SourceSummary`` (then read by ``mechanism.attend_summary``; no weights).
+            kv: from ``project_kv``: (k, v), each [n_src, heads, src_len, d_head], or its summary.
             mask: bool [n_src, 1, 1, src_len], True at real source tokens.
             need_weights: use the written-out path and return the weights.
 
         Returns:
             [n_src * g, len, d_model] and the weights [n_src * g, heads, len, src_len] or None.
         """
-        summary = isinstance(kv, SourceSummary)
-        if summary and need_weights:
-            raise ValueError("a SourceSummary has no weights: project_kv(..., summarise=False) for them")
         n_src = kv[0].size(0)
         rows, t, _ = x.shape
         if rows % n_src:
             raise ValueError(f"{rows} decoder rows do not split evenly over {n_src} sources")
         g = rows // n_src
-        q = self._split_heads(self._project_q(x))  # (n*g, H, T, Dh)
+        q = split_heads(self.in_proj.rows(x, 0, self.d_model), self.n_heads)  # (n*g, H, T, Dh)
         if g > 1:
             # (n*g, H, T, Dh) -> (n, H, g*T, Dh): hypotheses of one source become more queries.
             q = q.view(n_src, g, self.n_heads, t, self.d_head).transpose(1, 2)
             q = q.reshape(n_src, self.n_heads, g * t, self.d_head)
-        if summary:
-            out, weights = self.mechanism.attend_summary(q, kv), None
-        else:
-            out, weights = self.mechanism(q, *kv, mask, False, None, need_weights)
+        out, weights = self.mechanism.attend_source(q, kv, mask, need_weights)
         if g > 1:
             out = out.view(n_src, self.n_heads, g, t, self.d_head).transpose(1, 2)
             out = out.reshape(rows, self.n_heads, t, self.d_head)
@@ -368,116 +384,10 @@ class MultiHeadAttention(nn.Module):
                 weights = weights.reshape(rows, self.n_heads, t, -1)
         return self._project_out(out), weights
 
-    def _project_qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """[batch, len, d_model] -> queries, keys, values, each [batch, heads, len, d_head].
-
-        A mechanism whose keys are its queries (``shared_qk``: LSH) gets the queries as keys, and
-        the key rows of ``in_proj`` are not multiplied (a third of the projection's work), except
-        for a single position (a decoding step), where one call for all three rows costs less than
-        two calls (each call's overhead outweighs the key rows' work at that size).
-        """
-        shared_qk = getattr(self.mechanism, "shared_qk", False)
-        if shared_qk and x.size(1) > 1:
-            d, w, b = self.d_model, self.in_proj.weight, self.in_proj.bias
-            q = self._split_heads(self._project_q(x))
-            return q, q, self._split_heads(self.packed.linear("v", x, w[2 * d :], b[2 * d :]))
-        qkv = self.packed.linear("qkv", x, self.in_proj.weight, self.in_proj.bias)  # (B, T, 3D)
-        # Split as [B, T, 3, H, Dh] and unbound, not chunked then viewed per tensor: in training,
-        # the backward then stacks the three heads' gradients straight into the projection's
-        # layout, in one pass, instead of copying each into [B, T, D] and joining the copies.
-        b, t, _ = qkv.shape
-        q, k, v = qkv.view(b, t, 3, self.n_heads, self.d_head).unbind(2)  # (B, T, H, Dh) each
-        q, v = q.transpose(1, 2), v.transpose(1, 2)
-        return (q, q, v) if shared_qk else (q, k.transpose(1, 2), v)
-
-    def _project_q(self, x: Tensor) -> Tensor:
-        """[batch, len, d_model] -> queries [batch, len, d_model] (the first third of in_proj)."""
-        w, b = self.in_proj.weight[: self.d_model], self.in_proj.bias[: self.d_model]
-        return self.packed.linear("q", x, w, b)
-
     def _project_out(self, out: Tensor) -> Tensor:
-        """Attention output [batch, heads, len, d_head] -> [batch, len, d_model] through out_proj."""
-        return self.packed.linear("out", self._merge_heads(out), self.out_proj.weight, self.out_proj.bias)
-
-
-class KVCache:
-    """One self-attention layer's keys and values of the decoding steps so far.
-
-    The steps live in a buffer [2, rows, heads, room, d_head] (keys, values), a view of a flat
-    storage tensor, filled in place, so a step appends without copying the earlier ones
-    (``torch.cat`` would copy them all, every step); a full buffer gets ``GROWTH`` more steps.
-
-    Reordering rows for beam search copies the filled part once, into a spare storage that is
-    then swapped in, and leaves room for exactly one more step there: after the next step's
-    ``extend`` the buffer is full, so attention reads one contiguous block. (With spare room
-    after each (row, head), every 64-float key is 1-2 pages away from the next (row, head)'s,
-    and attention over a cache not in the CPU cache was slower that way: BENCHMARKS.md, "Found
-    while profiling, and what became of it".) The decoder's layers pass one spare along
-    (``select`` returns the storage it frees), so all of them together hold one extra storage,
-    not one each.
-    """
-
-    # Steps of room added when full. Small: every layer's storage (and the spare) carries this
-    # room for every row, and outputs mostly end long before the length limit; 4 held the speed
-    # of 16 (BENCHMARKS.md, "Translation memory").
-    GROWTH = 4
-
-    def __init__(self, capacity: int = GROWTH) -> None:
-        if capacity < 1:
-            raise ValueError(f"capacity must be at least 1, not {capacity}")
-        self.capacity = capacity
-        self.length = 0  # steps stored
-        self._store: Tensor | None = None  # flat storage of _buf
-        self._buf: Tensor | None = None  # [2, rows, heads, room, d_head]
-
-    def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Appends new steps and returns all of them.
-
-        Args:
-            k, v: [rows, heads, new_steps, d_head].
-
-        Returns:
-            (k, v) of every step so far, each [rows, heads, length, d_head] (views of the buffer).
-        """
-        end = self.length + k.size(2)
-        if self._buf is None or end > self._buf.size(3):
-            self._grow(k, max(end, self.length + self.GROWTH, self.capacity))
-        self._buf[0, :, :, self.length : end] = k
-        self._buf[1, :, :, self.length : end] = v
-        self.length = end
-        return self._buf[0, :, :, :end], self._buf[1, :, :, :end]
-
-    def select(self, rows: Tensor, spare: Tensor | None = None) -> Tensor | None:
-        """Keeps rows ``rows`` ([new_rows] indices), in that order, with room for one more step.
-
-        ``spare``: a free flat storage to copy into if it is big enough (else one is allocated).
-        Returns the storage this frees, for the next layer's ``select``.
-        """
-        if self._buf is None:
-            return spare
-        old, old_store = self._buf, self._store
-        if old.requires_grad:  # out= below does not differentiate
-            self._buf = old.index_select(1, rows)
-            self._store = None
-            return spare
-        shape = (2, rows.numel(), old.size(2), self.length + 1, old.size(4))
-        numel = math.prod(shape)
-        if spare is None or spare.numel() < numel or spare.dtype != old.dtype:
-            # Room for GROWTH more steps, so that the spare is not reallocated every step.
-            spare = old.new_empty(numel // (self.length + 1) * (self.length + self.GROWTH))
-        new = spare[:numel].view(shape)
-        torch.index_select(old[:, :, :, : self.length], 1, rows, out=new[:, :, :, : self.length])
-        self._buf, self._store = new, spare
-        return old_store
-
-    def _grow(self, like: Tensor, room: int) -> None:
-        """A buffer for ``room`` steps, shaped after ``like``, holding the steps so far."""
-        rows, heads, _, d_head = like.shape
-        store = like.new_empty(2 * rows * heads * room * d_head)
-        new = store.view(2, rows, heads, room, d_head)
-        if self._buf is not None:
-            new[:, :, :, : self.length] = self._buf[:, :, :, : self.length]
-        self._buf, self._store = new, store
+        """Heads [batch, heads, len, d_head] -> [batch, len, d_model]: concatenated, then W_O."""
+        b, _, t, _ = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(b, t, self.d_model))
 
 
 register(Mechanism("softmax", build=lambda cfg, d_head, dropout: SoftmaxAttention(dropout)))

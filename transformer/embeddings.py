@@ -7,8 +7,6 @@ import math
 import torch
 from torch import Tensor, nn
 
-from transformer.cpu_kernels import Dropout
-
 
 class Embeddings(nn.Module):
     """Token ids to vectors, multiplied by sqrt(d_model) (paper, section 3.4)."""
@@ -56,7 +54,7 @@ class PositionalEncoding(nn.Module):
             self.table = nn.Parameter(torch.randn(max_positions, d_model) * d_model**-0.5)
         else:
             self.register_buffer("table", sinusoidal_table(max_positions, d_model), persistent=False)
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """x: [batch, len, d_model]; positions offset..offset+len-1 -> [batch, len, d_model]."""

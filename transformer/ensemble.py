@@ -64,12 +64,6 @@ class Ensemble(nn.Module):
     def num_parameters(self, trainable_only: bool = True) -> int:
         return sum(m.num_parameters(trainable_only) for m in self.members)
 
-    def pack_for_inference(self, enabled: bool = True) -> Ensemble:
-        """Each member's :meth:`Transformer.pack_for_inference`."""
-        for model in self.members:
-            model.pack_for_inference(enabled)
-        return self
-
 
 def members_of(model: Transformer | Ensemble) -> tuple[list[Transformer], list[float]]:
     """The models a search runs and their weights: an ensemble's, or ``model`` alone with weight 1.

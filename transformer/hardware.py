@@ -1,6 +1,6 @@
 """What the device computes natively, as PyTorch reports it.
 
-Asked by the CPU seam (``cpu_kernels.py``: how bf16 weights are packed), by the trainer's
+Asked by the CPU's fast paths (``fastpaths/packed.py``: how bf16 weights are packed), by the trainer's
 precision (``training/precision.py``: ``trainer.precision: auto``) and by ``translate.py`` (a
 warning for ``--dtype bfloat16`` where it is emulated). Decided once per process from PyTorch's
 capability report, never by trying an operation and catching its error.

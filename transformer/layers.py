@@ -2,32 +2,31 @@
 
 from __future__ import annotations
 
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer.attention import DecodingState, MultiHeadAttention
-from transformer.cpu_kernels import Dropout, PackedLinears
 from transformer.mechanisms import AttentionConfig, build_mechanism
 
 
 class PositionwiseFeedForward(nn.Module):
-    """FFN(x) = W2 · act(W1 x + b1) + b2, applied at every position (paper, section 3.3)."""
+    """FFN(x) = W2 · act(W1 x + b1) + b2, applied at every position (paper, section 3.3).
+
+    act is ReLU (the paper's) or GELU; ``dropout`` is on act's output (``activation_dropout``).
+    """
 
     def __init__(self, d_model: int, d_ff: int, activation: str = "relu", dropout: float = 0.0) -> None:
         super().__init__()
         self.linear1 = nn.Linear(d_model, d_ff)
+        self.activation = nn.GELU() if activation == "gelu" else nn.ReLU()
+        self.dropout = nn.Dropout(dropout)
         self.linear2 = nn.Linear(d_ff, d_model)
-        self.relu = activation != "gelu"
-        self.dropout = Dropout(dropout)
         nn.init.xavier_uniform_(self.linear1.weight)
         nn.init.xavier_uniform_(self.linear2.weight)
-        self.packed = PackedLinears()  # inference copies of the matrices above (cpu_kernels.py)
 
     def forward(self, x: Tensor) -> Tensor:
         """x: [batch, len, d_model] -> [batch, len, d_model]."""
-        h = self.packed.linear("linear1", x, self.linear1.weight, self.linear1.bias, relu=self.relu)
-        h = h if self.relu else F.gelu(h)  # (B, T, d_ff)
-        return self.packed.linear("linear2", self.dropout(h), self.linear2.weight, self.linear2.bias)
+        h = self.activation(self.linear1(x))  # (B, T, d_ff)
+        return self.linear2(self.dropout(h))
 
 
 class Sublayer(nn.Module):
@@ -39,7 +38,7 @@ class Sublayer(nn.Module):
     def __init__(self, d_model: int, dropout: float, norm_first: bool, eps: float) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d_model, eps=eps)
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
 
     def pre(self, x: Tensor) -> Tensor:
@@ -79,11 +78,19 @@ class EncoderLayer(nn.Module):
         self.attn_sub = Sublayer(d_model, dropout, norm_first, eps)
         self.ffn_sub = Sublayer(d_model, dropout, norm_first, eps)
 
-    def forward(self, x: Tensor, src_mask: Tensor | None) -> Tensor:
-        """x: [batch, src_len, d_model]; src_mask: bool [batch, 1, 1, src_len], True at tokens."""
-        h, _ = self.self_attn.self_attention(self.attn_sub.pre(x), mask=src_mask)
+    def forward(
+        self, x: Tensor, src_mask: Tensor | None, need_weights: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """x: [batch, src_len, d_model]; src_mask: bool [batch, 1, 1, src_len], True at tokens.
+
+        Returns the layer's output [batch, src_len, d_model] and, if ``need_weights``, the
+        self-attention weights [batch, heads, src_len, src_len] its mechanism implies (else None).
+        """
+        h, weights = self.self_attn.self_attention(
+            self.attn_sub.pre(x), mask=src_mask, need_weights=need_weights
+        )
         x = self.attn_sub.post(x, h)
-        return self.ffn_sub.post(x, self.ffn(self.ffn_sub.pre(x)))
+        return self.ffn_sub.post(x, self.ffn(self.ffn_sub.pre(x))), weights
 
 
 class DecoderLayer(nn.Module):

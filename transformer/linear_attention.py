@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transformer.attention import SummarisingMechanism
 from transformer.feature_maps import (
     EluFeatureMap,
     FavorFeatureMap,
@@ -84,13 +85,12 @@ class LinearState:
     def z(self) -> Tensor | None:
         return None if self.sz is None else self.sz[..., -1]
 
-    def select(self, rows: Tensor, spare: Tensor | None = None) -> Tensor | None:
-        """Keeps rows ``rows`` ([new_rows] indices) in that order (beam search); ``spare`` is passed on."""
+    def select(self, rows: Tensor) -> None:
+        """Keeps rows ``rows`` ([new_rows] indices) in that order (beam search)."""
         if self.sz is not None:
             self.sz = self.sz.index_select(0, rows)
         if self.offset is not None:
             self.offset = self.offset.index_select(0, rows)
-        return spare
 
 
 def with_ones(v: Tensor) -> Tensor:
@@ -318,7 +318,7 @@ def _rows(keep: Tensor | None, start: int, block: int) -> Tensor | None:
     return None if keep is None else keep[:, :, start : start + block]
 
 
-class LinearAttention(nn.Module):
+class LinearAttention(SummarisingMechanism):
     """φ(Q)(φ(K)ᵀV) / φ(Q)(φ(K)ᵀ1) (equations (5) and (6)) behind the mechanisms' signature.
 
     Encoder self-attention and cross-attention use the whole-sequence summary [S, Z]
@@ -350,7 +350,7 @@ class LinearAttention(nn.Module):
         state: LinearState | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        """The mechanisms' signature (``attention.SoftmaxAttention``); mask: key padding [B, 1, 1, Tk]."""
+        """The mechanisms' signature (``attention.AttentionMechanism``); mask: key padding [B, 1, 1, Tk]."""
         if state is not None and not causal:
             raise ValueError("a decoding state is for causal self-attention")
         if not causal and not need_weights:

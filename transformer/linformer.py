@@ -17,7 +17,7 @@ the projection, so they contribute nothing to E K or F V: a sentence projects th
 in a padded batch.
 
 In self-attention the sequence is projected first, as equation (7) groups it: E (x W_K) =
-(E x) W_K, so ``MultiHeadAttention`` multiplies W_K and W_V with the k rows of E x and F x
+(E x) W_K, so its ``self_attention`` multiplies W_K and W_V with the k rows of E x and F x
 (``compress``) instead of the n rows of x, and never forms the n keys and values: two thirds of
 its input projection saved, and their n × d_model activations. That is where n > k
 (``compresses``); a shorter sequence has fewer keys than projected rows, and takes the usual path.
@@ -33,14 +33,21 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer.attention import attend, scaled_dot_product_attention
+from transformer.attention import (
+    InProjection,
+    ScaledDotProduct,
+    SummarisingMechanism,
+    scaled_dot_product_attention,
+    split_heads,
+)
 from transformer.registry import Mechanism, Setting, register
 
 
-class LinformerAttention(nn.Module):
-    """softmax(Q (E K)ᵀ/√d)(F V) behind the mechanisms' signature (``attention.SoftmaxAttention``).
+class LinformerAttention(SummarisingMechanism):
+    """softmax(Q (E K)ᵀ/√d)(F V) behind the mechanisms' signature (``attention.AttentionMechanism``).
 
     Args:
         projected_length: k, the projected keys and values.
@@ -54,6 +61,7 @@ class LinformerAttention(nn.Module):
         std = 1.0 / math.sqrt(projected_length)
         self.e = nn.Parameter(torch.randn(projected_length, max_length) * std)  # E: keys
         self.f = nn.Parameter(torch.randn(projected_length, max_length) * std)  # F: values
+        self.kernel = ScaledDotProduct()  # equation (1) over the projected keys
 
     def _columns(self, n: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """E[:, :n] and F[:, :n] in ``dtype``, [k, n] each; a sequence past ``max_length`` refused."""
@@ -65,7 +73,7 @@ class LinformerAttention(nn.Module):
             return self.e.to(dtype), self.f.to(dtype)
         return self.e[:, :n].to(dtype), self.f[:, :n].to(dtype)
 
-    def project(self, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    def project_sequence(self, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
         """E K and F V, [B, H, k, d] each, from keys and values [B, H, n, d]; padded ones zeroed."""
         if mask is not None:
             keep = mask.transpose(-2, -1).to(k.dtype)  # (B, 1, n, 1)
@@ -77,18 +85,18 @@ class LinformerAttention(nn.Module):
         """Cross-attention's source reduced once, when it is encoded: (E K, F V), [B, H, k, d] each,
         from its keys and values [B, H, n, d] (``mask``: key padding [B, 1, 1, n] or None).
         Each decoding step then attends over k rows, not n (:meth:`attend_summary`)."""
-        return self.project(k, v, mask)
+        return self.project_sequence(k, v, mask)
 
     def attend_summary(self, q: Tensor, summary: tuple[Tensor, Tensor]) -> Tensor:
         """softmax(Q (E K)ᵀ/√d)(F V): q [B, H, Tq, d], ``summary`` from :meth:`summarise` -> [B, H, Tq, d]."""
         pk, pv = summary
-        return attend(q, pk, pv, dropout_p=self.dropout if self.training else 0.0)
+        return self.kernel(q, pk, pv, dropout_p=self.dropout if self.training else 0.0)
 
     def compresses(self, n: int) -> bool:
-        """Whether ``MultiHeadAttention``'s self-attention over n positions goes through
-        ``compress``: where the sequence is longer than the k projected rows. W_K and W_V then
-        multiply k rows instead of n; with n ≤ k (translation's sentences, against k = 64) the n
-        keys and values themselves are fewer rows, and E K, F V are projected from them."""
+        """Whether self-attention over n positions goes through ``compress``: where the sequence
+        is longer than the k projected rows. W_K and W_V then multiply k rows instead of n; with
+        n ≤ k (translation's sentences, against k = 64) the n keys and values themselves are
+        fewer rows, and E K, F V are projected from them."""
         return n > self.projected_length
 
     def compress(self, x: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -101,7 +109,7 @@ class LinformerAttention(nn.Module):
 
         the same products reassociated, with W_K applied to k rows instead of n. Returns E x̃ and
         F x̃, [B, k, d_model] each, and E keep and F keep, [B or 1, k, 1] each (the weight that
-        each projected row gives the bias), for ``MultiHeadAttention`` to finish with its W_K, W_V.
+        each projected row gives the bias), for :meth:`self_attention` to finish with W_K, W_V.
         """
         b, n, _ = x.shape
         e, f = self._columns(n, x.dtype)
@@ -114,6 +122,30 @@ class LinformerAttention(nn.Module):
         # A batched product with E expanded, as in _across_heads: x's gradient comes back [n, d_model].
         return torch.bmm(e.expand(b, -1, -1), x), torch.bmm(f.expand(b, -1, -1), x), e_keep, f_keep
 
+    def self_attention(
+        self,
+        in_proj: InProjection,
+        x: Tensor,
+        n_heads: int,
+        mask: Tensor | None,
+        causal: bool,
+        state: object | None,
+        need_weights: bool,
+    ) -> tuple[Tensor, Tensor | None]:
+        """``AttentionMechanism.self_attention``, the sequence projected first where n > k
+        (:meth:`compresses`): :meth:`compress` gives E x and F x, [B, k, d_model], and W_K, W_V
+        then project k rows, not n (the module docstring says why that is its E K and F V)."""
+        if not self.compresses(x.size(1)):
+            return super().self_attention(in_proj, x, n_heads, mask, causal, state, need_weights)
+        _refuse_causal(causal, state)
+        b_q, b_k, b_v = in_proj.bias.view(3, -1).unbind(0)
+        ex, fx, e_keep, f_keep = self.compress(x, mask)  # (B, k, D) x2, (B or 1, k, 1) x2
+        q, pk, pv = _RowBlockProjections.apply(in_proj.weight, x, ex, fx)  # x W_Qᵀ, (E x) W_Kᵀ, ...
+        q = split_heads(q + b_q.to(q.dtype), n_heads)  # (B, H, n, Dh)
+        pk = split_heads(pk + (e_keep * b_k).to(pk.dtype), n_heads)  # (B, H, k, Dh): E K
+        pv = split_heads(pv + (f_keep * b_v).to(pv.dtype), n_heads)  # F V
+        return self._attend(q, pk, pv, x.size(1), mask, need_weights)
+
     def forward(
         self,
         q: Tensor,
@@ -123,29 +155,67 @@ class LinformerAttention(nn.Module):
         causal: bool = False,
         state: object | None = None,
         need_weights: bool = False,
-        projected_from: int | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """The mechanisms' signature; mask: key padding [B, 1, 1, n]. ``need_weights``: the weights
         P·F [B, H, Tq, n] over the original positions that the output implies (n × n: pictures only).
-
-        ``projected_from``: k and v are already E K and F V, [B, H, k, d], of that many keys
-        (self-attention: ``compress`` and the layer's W_K, W_V); None: they are the n keys and
-        values, [B, H, n, d], projected here (cross-attention).
         """
-        if causal or state is not None:
-            raise ValueError("linformer attention cannot be causal: every projected key mixes all positions")
-        n = k.size(2) if projected_from is None else projected_from
-        pk, pv = self.project(k, v, mask) if projected_from is None else (k, v)
+        _refuse_causal(causal, state)
+        pk, pv = self.project_sequence(k, v, mask)
+        return self._attend(q, pk, pv, k.size(2), mask, need_weights)
+
+    def _attend(
+        self, q: Tensor, pk: Tensor, pv: Tensor, n: int, mask: Tensor | None, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """softmax(Q (E K)ᵀ/√d)(F V) from E K, F V [B, H, k, d] of n keys (``mask`` their padding)."""
         p = self.dropout if self.training else 0.0
         if not need_weights:
             # Equation (1) over the k projected keys and values, by softmax attention's own path:
             # fused where faster, and then the n × k weights are not kept for the backward.
-            return attend(q, pk, pv, dropout_p=p), None
+            return self.kernel(q, pk, pv, dropout_p=p), None
         out, weights = scaled_dot_product_attention(q, pk, pv, dropout_p=p)  # weights (B, H, Tq, k)
         implied = weights @ self.f[:, :n].to(weights.dtype)  # (B, H, Tq, n)
         if mask is not None:
             implied = implied * mask[:, :, 0, None, :].to(implied.dtype)
         return out, implied
+
+
+def _refuse_causal(causal: bool, state: object | None) -> None:
+    if causal or state is not None:
+        raise ValueError("linformer attention cannot be causal: every projected key mixes all positions")
+
+
+class _RowBlockProjections(torch.autograd.Function):
+    """``x_i W_iᵀ`` for inputs x_0 .. x_{m-1} [..., D] and the m row blocks W_i [D', D] of one
+    matrix W [m·D', D] (the Q, K, V rows of the layer's ``in_proj``).
+
+    Its backward writes each block's gradient into W's one gradient [m·D', D] as it computes it.
+    Through m views of W, autograd would hold the m blocks' gradients until the last is computed,
+    and then their stack as well: m·D'·D more floats at the end of every backward.
+    """
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, weight: Tensor, *xs: Tensor) -> tuple[Tensor, ...]:
+        ctx.save_for_backward(weight, *xs)
+        return tuple(F.linear(x, w) for x, w in zip(xs, weight.unflatten(0, (len(xs), -1)), strict=True))
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: torch.autograd.function.FunctionCtx, *grads: Tensor) -> tuple[Tensor | None, ...]:
+        weight, *xs = ctx.saved_tensors
+        blocks = weight.unflatten(0, (len(xs), -1))
+        grad_weight = torch.empty_like(weight) if ctx.needs_input_grad[0] else None
+        grad_xs: list[Tensor | None] = []
+        for i, (x, g, w) in enumerate(zip(xs, grads, blocks, strict=True)):
+            # g is in the dtype the forward computed in (bf16 under autocast); x and W as given.
+            if grad_weight is not None:
+                block = grad_weight.unflatten(0, (len(xs), -1))[i]  # (D', D), a view
+                g_rows, x_rows = g.reshape(-1, g.size(-1)), x.reshape(-1, x.size(-1)).to(g.dtype)
+                if g.dtype == block.dtype:
+                    torch.mm(g_rows.t(), x_rows, out=block)
+                else:
+                    block.copy_(g_rows.t() @ x_rows)
+            grad_xs.append(g @ w.to(g.dtype) if ctx.needs_input_grad[i + 1] else None)
+        return (grad_weight, *grad_xs)
 
 
 def _across_heads(e: Tensor, x: Tensor) -> Tensor:

@@ -30,8 +30,9 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
+from transformer.attention import AttentionMechanism
 from transformer.registry import Mechanism, Setting, register
 
 
@@ -221,16 +222,15 @@ class WindowCache:
         self.summary_k: Tensor | None = None
         self.summary_v: Tensor | None = None
 
-    def select(self, rows: Tensor, spare: Tensor | None = None) -> Tensor | None:
-        """Keeps rows ``rows`` ([new_rows] indices) in that order (beam search); ``spare`` is passed on."""
+    def select(self, rows: Tensor) -> None:
+        """Keeps rows ``rows`` ([new_rows] indices) in that order (beam search)."""
         for name in ("k", "v", "summary_k", "summary_v"):
             x = getattr(self, name)
             if x is not None:
                 setattr(self, name, x.index_select(0, rows))
-        return spare
 
 
-class LocalAttention(nn.Module):
+class LocalAttention(AttentionMechanism):
     """Local (``dilation`` 1), atrous (``dilation`` > 1) or sparse (``stride`` > 0) attention.
 
     Args:
@@ -269,7 +269,7 @@ class LocalAttention(nn.Module):
         state: WindowCache | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        """The mechanisms' signature (``attention.SoftmaxAttention``); mask: key padding [B, 1, 1, n]."""
+        """The mechanisms' signature (``attention.AttentionMechanism``); mask: key padding [B, 1, 1, n]."""
         p = self.dropout if self.training else 0.0
         if state is not None:
             return self._step(q, k, v, state, p), None

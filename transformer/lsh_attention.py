@@ -37,10 +37,9 @@ and bucket, the positions of its last c keys, updated as each key arrives (:clas
 new query reads its R sets of c keys, O(R·c·d) a step whatever the length, with no sort and no
 copy of the cache.
 
-The mechanism says ``shared_qk``: ``MultiHeadAttention`` then projects no keys and passes the
-queries in their place (the mechanism uses the queries either way). The key rows of that
-layer's ``in_proj`` get a zero gradient (they are one parameter with the query and value rows,
-so DDP finds no unused one).
+Its ``project`` makes no keys and passes the queries in their place (the mechanism uses the
+queries either way). The key rows of the layer's ``in_proj`` get a zero gradient (they are one
+parameter with the query and value rows, so DDP finds no unused one).
 
 Computed in fp32 whatever the autocast: a bucket must not change with the precision.
 """
@@ -52,8 +51,9 @@ from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
+from transformer.attention import AttentionMechanism, InProjection, split_heads
 from transformer.registry import Mechanism, Setting, register
 
 SELF = -1e5  # a position's score for itself: it attends to itself only when nothing else is allowed
@@ -132,11 +132,11 @@ class LSHCache:
         self.length = p + 1
         return self.ring.gather(-1, first + self.slots)  # (rows, heads, R, c)
 
-    def select(self, rows: Tensor, spare: Tensor | None = None) -> Tensor | None:
-        """Keeps rows ``rows`` ([new_rows] indices) in that order (beam search); ``spare`` is passed on.
+    def select(self, rows: Tensor) -> None:
+        """Keeps rows ``rows`` ([new_rows] indices) in that order (beam search).
         Copies the steps so far (not the whole capacity) into a new buffer."""
         if self.kv is None:
-            return spare
+            return
         if self.kv.requires_grad:  # out= below does not differentiate
             self.kv = self.kv.index_select(0, rows)
         else:
@@ -145,7 +145,6 @@ class LSHCache:
             torch.index_select(old[:, :, : self.length], 0, rows, out=self.kv[:, :, : self.length])
         self.ring, self.count = self.ring.index_select(0, rows), self.count.index_select(0, rows)
         self._find_starts()
-        return spare
 
     def _find_starts(self) -> None:
         """``starts`` [rows, heads, 1]: where each (row, head)'s positions begin in ``kv`` seen as
@@ -154,8 +153,8 @@ class LSHCache:
         self.starts = torch.arange(0, rows * heads * room, room, device=self.kv.device).view(rows, heads, 1)
 
 
-class LSHAttention(nn.Module):
-    """Shared-QK LSH attention behind the mechanisms' signature (``attention.SoftmaxAttention``).
+class LSHAttention(AttentionMechanism):
+    """Shared-QK LSH attention behind the mechanisms' signature (``attention.AttentionMechanism``).
 
     Args:
         d_head: width of the heads (of the rotations).
@@ -167,8 +166,6 @@ class LSHAttention(nn.Module):
         window: ``"sliding"`` (c sorted positions each way) or ``"chunks"`` (a query's chunk and the
             one before; non-causal only).
     """
-
-    shared_qk = True  # keys are the normalised queries: MultiHeadAttention projects none
 
     def __init__(
         self,
@@ -188,6 +185,19 @@ class LSHAttention(nn.Module):
         self.window = window
         # R of each round: random rotations, fixed (section 2; equation (4)'s h^(r)).
         self.register_buffer("rotations", torch.randn(d_head, rounds, max(buckets // 2, 1)))
+
+    def project(self, in_proj: InProjection, x: Tensor, n_heads: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries as keys (shared QK) and values, [batch, heads, len, d_head] each, from x
+        [batch, len, d_model]: the key rows of ``in_proj`` are not multiplied (a third of the
+        projection's work), except for a single position (a decoding step), where one product
+        of all three rows costs less than two (each call's overhead outweighs the key rows' work
+        at that size)."""
+        if x.size(1) == 1:
+            q, _, v = super().project(in_proj, x, n_heads)
+            return q, q, v
+        d = in_proj.in_features
+        q = split_heads(in_proj.rows(x, 0, d), n_heads)
+        return q, q, split_heads(in_proj.rows(x, 2 * d, 3 * d), n_heads)
 
     def signed_rotations(self) -> Tensor:
         """[d, rounds·buckets], fp32: each round's [R, −R] side by side, so that one product gives

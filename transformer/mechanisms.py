@@ -13,10 +13,15 @@ fields of :class:`AttentionConfig` are the roles and the registered settings, an
 :func:`build_mechanism` calls the registered builder. Adding a mechanism touches its module,
 its ``conf/model/base.yaml`` block and its tests.
 
-Every mechanism is an ``nn.Module`` with one call signature (see ``attention.SoftmaxAttention``)::
+Every mechanism is an ``attention.AttentionMechanism``, with one call and state signature::
 
     out, weights = mechanism(q, k, v, mask, causal, state, need_weights)
     state = mechanism.new_state(max_steps)   # decoder self-attention only
+    state.select(rows)                       # beam search reorders it
+
+and its own projections where they differ from softmax's (``project``, ``self_attention``,
+``source``, ``attend_source``: LSH's shared query-key, Linformer's sequence projected first,
+the source summaries of linear attention, the Performer and Linformer).
 
 | name      | module                | computes                                             |
 |-----------|-----------------------|------------------------------------------------------|

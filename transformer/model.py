@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from torch import Tensor, nn
 
 from transformer.attention import DecodingState
 from transformer.config import TransformerConfig
-from transformer.cpu_kernels import PackedLinears
 from transformer.embeddings import Embeddings, PositionalEncoding
+from transformer.kv_cache import KVCache
 from transformer.layers import DecoderLayer, EncoderLayer
 
 
@@ -35,7 +35,6 @@ class DecoderState:
     cross_kv: list[tuple[Tensor, Tensor]]
     src_mask: Tensor
     step: int = 0
-    spare: Tensor | None = field(default=None, repr=False)  # a free cache storage (see KVCache.select)
 
     @property
     def n_src(self) -> int:
@@ -50,10 +49,8 @@ class DecoderState:
             sources: [new_n_src] indices of the source sentences still active (finished
                 sentences dropped), or None to keep all.
         """
-        # The buffer each layer frees is where the next one copies to; the last one is kept
-        # for the first layer of the next select.
         for cache in self.self_caches:
-            self.spare = cache.select(rows, self.spare)
+            cache.select(rows)
         if sources is not None:
             self.cross_kv = [type(kv)(x.index_select(0, sources) for x in kv) for kv in self.cross_kv]
             self.src_mask = self.src_mask.index_select(0, sources)
@@ -83,11 +80,15 @@ class Encoder(nn.Module):
         self.layers = nn.ModuleList(EncoderLayer(**layer_arguments(cfg)) for _ in range(cfg.n_encoder_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
 
-    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
-        """x: [batch, src_len, d_model] embedded source; src_mask: [batch, 1, 1, src_len]."""
+    def forward(self, x: Tensor, src_mask: Tensor, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
+        """x: [batch, src_len, d_model] embedded source; src_mask: [batch, 1, 1, src_len] ->
+        ([batch, src_len, d_model], per-layer self-attention weights if ``need_weights``)."""
+        weights = []
         for layer in self.layers:
-            x = layer(x, src_mask)
-        return self.final_norm(x) if self.final_norm is not None else x
+            x, w = layer(x, src_mask, need_weights)
+            if w is not None:
+                weights.append(w)
+        return (self.final_norm(x) if self.final_norm is not None else x), weights
 
 
 class Decoder(nn.Module):
@@ -143,40 +144,10 @@ class Transformer(nn.Module):
             self.output.weight = self.tgt_embed.weight
         else:
             nn.init.normal_(self.output.weight, mean=0.0, std=cfg.d_model**-0.5)
-        self.packed = PackedLinears()  # inference copy of the output matrix (cpu_kernels.py)
-
-    def pack_for_inference(self, enabled: bool = True) -> Transformer:
-        """Switches oneDNN-packed weights on (or off) for every linear map (see ``cpu_kernels.py``).
-
-        Packed weights are used only with autograd off and on the CPU, so training is unaffected;
-        they are re-packed by themselves after in-place updates that PyTorch counts (an optimizer's
-        per-tensor step, ``load_state_dict``) and after every switch between training and
-        evaluation (:meth:`train`). Off frees the packed copies.
-        """
-        for packed in self._packed_linears():
-            packed.enabled = enabled
-            packed.clear()
-        return self
-
-    def train(self, mode: bool = True) -> Transformer:
-        """``nn.Module.train``, dropping the packed copies (:meth:`pack_for_inference`) at each call.
-
-        A fused optimizer (``torch.optim.Adam(fused=True)``, the trainer's default) writes the
-        parameters without bumping the version counters that a packed copy is checked against, so
-        copies made in one evaluation would be served, stale, to the next. Training and
-        evaluation alternate through ``train()`` and ``eval()`` (Lightning's validation does), so
-        each evaluation packs the weights it evaluates.
-        """
-        for packed in self._packed_linears():
-            packed.clear()
-        return super().train(mode)
-
-    def _packed_linears(self) -> list[PackedLinears]:
-        return [m.packed for m in self.modules() if isinstance(getattr(m, "packed", None), PackedLinears)]
 
     def logits(self, y: Tensor) -> Tensor:
         """y: [..., d_model] decoder output -> [..., tgt_vocab] through the output projection."""
-        return self.packed.linear("output", y, self.output.weight, self.output.bias)
+        return self.output(y)
 
     def num_parameters(self, trainable_only: bool = True) -> int:
         """Parameter count, each shared (tied) tensor counted once."""
@@ -189,7 +160,7 @@ class Transformer(nn.Module):
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """src: [batch, src_len] ids -> memory [batch, src_len, d_model], mask [batch, 1, 1, src_len]."""
         src_mask = self.source_mask(src)
-        memory = self.encoder(self.src_pos(self.src_embed(src)), src_mask)
+        memory, _ = self.encoder(self.src_pos(self.src_embed(src)), src_mask)
         return memory, src_mask
 
     def project_memory(
@@ -249,27 +220,10 @@ class Transformer(nn.Module):
     def encoder_attention_weights(self, src: Tensor) -> list[Tensor]:
         """Per encoder layer, the self-attention weights [batch, heads, src_len, src_len] its
         mechanism implies (eval mode; n × n, for pictures): softmax's weights, linear attention's
-        normalised φ(q)·φ(k) rows, the pattern local, sparse and LSH attention attend over.
-
-        The mechanisms are asked for their weights (``need_weights``) through forward hooks, so the
-        encoder's own code path is the one that runs.
-        """
-        weights: list[Tensor] = []
-
-        def ask(module: nn.Module, args: tuple) -> tuple:  # (q, k, v, mask, causal, state, need_weights)
-            return (*args[:6], True)
-
-        def keep(module: nn.Module, args: tuple, out: tuple[Tensor, Tensor | None]) -> None:
-            weights.append(out[1])
-
-        mechanisms = [layer.self_attn.mechanism for layer in self.encoder.layers]
-        handles = [m.register_forward_pre_hook(ask) for m in mechanisms]
-        handles += [m.register_forward_hook(keep) for m in mechanisms]
-        try:
-            self.encode(src)
-        finally:
-            for handle in handles:
-                handle.remove()
+        normalised φ(q)·φ(k) rows, the pattern local, sparse and LSH attention attend over,
+        through the encoder's own code path."""
+        src_mask = self.source_mask(src)
+        _, weights = self.encoder(self.src_pos(self.src_embed(src)), src_mask, need_weights=True)
         return weights
 
     def start_decoding(self, memory: Tensor, src_mask: Tensor, max_steps: int = 64) -> DecoderState:
@@ -279,8 +233,10 @@ class Transformer(nn.Module):
         ``max_steps``: the most steps decoding may take. Softmax's caches start with room for at
         most ``KVCache.GROWTH`` and grow when full: most outputs end long before the length limit.
         """
+        states = [layer.self_attn.mechanism.new_state(max_steps) for layer in self.decoder.layers]
+        KVCache.share_spare(states)  # one spare storage for all layers' reorders, not one each
         return DecoderState(
-            self_caches=[layer.self_attn.mechanism.new_state(max_steps) for layer in self.decoder.layers],
+            self_caches=states,
             cross_kv=self.project_memory(memory, src_mask),
             src_mask=src_mask,
         )

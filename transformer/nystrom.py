@@ -38,7 +38,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from transformer.attention import fused_attention
+from transformer.attention import AttentionMechanism, fused_attention
 from transformer.registry import Mechanism, Setting, register
 
 NEG = -1e9  # the score of a masked entry: finite, so an all-masked row gives weights, not NaN
@@ -64,8 +64,8 @@ def iterative_pinv(a: Tensor, iterations: int) -> Tensor:
     return z
 
 
-class NystromAttention(nn.Module):
-    """Equation (15) behind the mechanisms' signature (``attention.SoftmaxAttention``).
+class NystromAttention(AttentionMechanism):
+    """Equation (15) behind the mechanisms' signature (``attention.AttentionMechanism``).
 
     Args:
         landmarks: m, the segments whose means stand for the queries and keys.

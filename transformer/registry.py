@@ -11,9 +11,9 @@ attention weights to drop out) and how it is built::
     ))
 
 ``mechanisms.py`` collects the registrations into ``AttentionConfig`` and ``build_mechanism``;
-no list of names is kept anywhere else. What differs between mechanisms at run time stays a
-capability the built module declares (``compresses``, ``shared_qk``, ``summarise``), asked for by
-``MultiHeadAttention`` rather than a name.
+no list of names is kept anywhere else. What differs between mechanisms at run time is a method
+of ``attention.AttentionMechanism`` that the built module overrides (its projections, its
+source summary, its decoding state), so ``MultiHeadAttention`` never asks which one it holds.
 """
 
 from __future__ import annotations

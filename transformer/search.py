@@ -21,8 +21,8 @@ from typing import TypeVar
 import torch
 from torch import Tensor
 
+from fastpaths.search import top_log_probs
 from transformer.constraints import Constraints, prefix_tensor
-from transformer.cpu_kernels import row_topk
 from transformer.ensemble import Ensemble, combined_log_probs, members_of
 from transformer.model import Transformer
 
@@ -81,23 +81,11 @@ def _top_log_probs(logits: Tensor, n: int) -> tuple[Tensor, Tensor]:
     """The ``n`` most likely next tokens of each row and their log-probabilities.
 
     logits: [rows, V] (fp32 or bf16) -> (log_probs fp32, tokens), each [rows, n], best first.
-    ``logits`` is overwritten (with the probabilities) when contiguous.
-
-    The normaliser comes from one softmax instead of a log-softmax or logsumexp over the
-    vocabulary, which are slower on the CPU (BENCHMARKS.md, "Decoding speed" and "What was tried
-    that did not help"): with m the row's largest logit and p_max
-    its probability, log p(w) = logit(w) - m + log p_max, where p_max >= 1 / V loses no precision
-    (in bf16 the softmax sums in fp32 and rounds p_max by at most 0.4%, below the logits' own
-    rounding).
+    ``logits`` is overwritten (with the probabilities) when contiguous. The values of
+    ``logits.log_softmax(-1).topk(n)``, by the block top-k and one in-place softmax, faster on the
+    CPU (``fastpaths/search.py`` says why).
     """
-    top_logits, top_tokens = row_topk(logits, n)  # (rows, n)
-    top_logits = top_logits.float()
-    if logits.is_contiguous():  # in place: the logits are not needed after this
-        probs = torch.ops.aten._softmax.out(logits, -1, False, out=logits)
-    else:
-        probs = logits.softmax(dim=-1)
-    p_max = probs.gather(1, top_tokens[:, :1]).float()  # (rows, 1)
-    return top_logits - top_logits[:, :1] + p_max.log(), top_tokens
+    return top_log_probs(logits, n)
 
 
 class SearchStep:

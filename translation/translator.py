@@ -27,6 +27,7 @@ from torch import Tensor
 from data.batching import DECODING_TOKENS as DEFAULT_MAX_TOKENS
 from data.batching import longest_first_batches
 from data.lines import one_line
+from fastpaths.cpu import for_cpu_inference
 from transformer import Transformer
 from transformer.ensemble import Ensemble
 from transformer.sampling import SamplingConfig, sample
@@ -264,7 +265,7 @@ class Translator:
         target_lang: str | None = None,
     ) -> None:
         self.src_prefix = _source_prefix(target_tags or {}, target_lang, tgt_lang)
-        self.model = model.to(device).eval().pack_for_inference()  # oneDNN-packed weights on CPU
+        self.model = for_cpu_inference(model.to(device).eval())  # CPU module swaps (fastpaths.cpu)
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
         self.bos_id, self.eos_id, self.pad_id = bos_id, eos_id, model.cfg.pad_id

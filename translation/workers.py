@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from fastpaths.cpu import for_cpu_inference
 from transformer import Transformer
 from transformer.search import greedy_search
 
@@ -63,7 +64,7 @@ def _start_worker(model_bytes: bytes, threads: int, ready: mp.Queue) -> None:
     torch.set_num_threads(threads)
     torch.set_grad_enabled(False)
     model = torch.load(io.BytesIO(model_bytes), weights_only=False)  # bytes made by our parent
-    model.eval().pack_for_inference()
+    for_cpu_inference(model.eval())  # a no-op on the parent's model, swapped already
     # One tiny search packs every weight matrix now (packing is lazy), not in the first batch.
     token = (model.cfg.pad_id + 1) % model.cfg.src_vocab_size
     greedy_search(model, torch.tensor([[token, token]]), token, token, max_len_a=0.0, max_len_b=1)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from bench.uncached import Recomputing
+from fastpaths.cpu import for_cpu_inference
 from tests.transformer.helpers import BOS, EOS, model_with_eos_bias, ragged_batch
 from transformer.search import beam_search, greedy_search
 
@@ -14,7 +15,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
 def test_cached_search_equals_recomputed_search_on_cuda(norm_first):
-    model = model_with_eos_bias(norm_first).cuda().eval().pack_for_inference()
+    model = for_cpu_inference(model_with_eos_bias(norm_first).cuda().eval())  # plain on a GPU
     src = ragged_batch([5, 8, 3, 6, 11, 2, 9, 7, 4, 10], seed=int(norm_first)).cuda()
     greedy = greedy_search(model, src, BOS, EOS)
     assert greedy == greedy_search(Recomputing(model), src, BOS, EOS)

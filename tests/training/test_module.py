@@ -91,11 +91,12 @@ def test_compiled_loss_gives_the_eager_block_losses_and_gradients(monkeypatch, t
     block loss, which failed to compile on an H200 over several bf16 blocks, is not traced; here
     the CPU is taken for one), and the eager block loss after the graph on the CPU; either way the
     step equals the eager one over several blocks under bf16 autocast."""
+    import fastpaths.loss as block_loss
     import training.loss as loss_mod
     from training.module import token_losses
 
     batch, _, vocab = _toy_batch()
-    monkeypatch.setattr(loss_mod, "default_block_rows", lambda device, vocab: 8)  # several blocks
+    monkeypatch.setattr(block_loss, "default_block_rows", lambda device, vocab: 8)  # several blocks
     if two_call:
         monkeypatch.setattr(loss_mod, "EAGER_LOSS_DEVICES", frozenset())
     torch._dynamo.reset()

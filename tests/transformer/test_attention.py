@@ -4,12 +4,12 @@ import pytest
 import torch
 
 from transformer.attention import (
-    KVCache,
     MultiHeadAttention,
     causal_mask,
     fused_attention,
     scaled_dot_product_attention,
 )
+from transformer.kv_cache import KVCache
 
 
 def _qkv(b=3, h=2, tq=5, tk=7, d=8):
@@ -97,7 +97,7 @@ def test_cross_attention_rejects_uneven_groups():
 def test_kv_cache_reorders_rows_and_keeps_them_contiguous(grad):
     """select keeps the chosen rows (duplicates too); with autograd off it leaves room for one
     step, so the next step's keys and values are one contiguous block for attention."""
-    cache, spare = KVCache(capacity=2), None
+    cache = KVCache(capacity=2)
     steps = [torch.randn(4, 2, 1, 3) for _ in range(5)]
     expected = torch.empty(4, 2, 0, 3)  # the keys each row should hold
     order = torch.tensor([1, 1, 3, 0])
@@ -109,5 +109,23 @@ def test_kv_cache_reorders_rows_and_keeps_them_contiguous(grad):
             torch.testing.assert_close(v, -expected)
             if t > 0 and not grad:
                 assert k.is_contiguous() and v.is_contiguous()
-            spare = cache.select(order, spare)
+            cache.select(order)
             expected = expected[order]
+
+
+def test_a_decoders_caches_share_one_spare_storage():
+    """Beam reordering copies each layer's cache into the storage the layer before freed: the
+    layers together hold one storage more than they use, not one each."""
+    from tests.transformer.helpers import random_tokens, tiny_model
+
+    model = tiny_model(n_decoder_layers=3)
+    with torch.no_grad():
+        memory, src_mask = model.encode(random_tokens(2, 5, 37))
+        state = model.start_decoding(memory, src_mask)
+        assert len({id(cache.spare) for cache in state.self_caches}) == 1
+        for _ in range(3):
+            model.decode_step(torch.full((2,), 4), state)
+            state.select(torch.tensor([1, 0]))
+    stores = [cache._store.data_ptr() for cache in state.self_caches]
+    spare = state.self_caches[0].spare.tensor
+    assert spare is not None and len({*stores, spare.data_ptr()}) == 4

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from transformer.attention import scaled_dot_product_attention
+from transformer.attention import AttentionMechanism, scaled_dot_product_attention
 from transformer.linformer import LinformerAttention
 
 
@@ -62,7 +62,7 @@ def test_the_heads_projected_at_once_are_each_heads_own_product(layout):
         k = torch.randn(b, n, 3 * h * d, dtype=torch.float64, requires_grad=True)
         heads = k[..., h * d : 2 * h * d].unflatten(-1, (h, d)).transpose(1, 2)  # (B, H, n, d) view
     attention = LinformerAttention(projected_length=5, max_length=12).double()
-    projected, _ = attention.project(heads, heads, None)
+    projected, _ = attention.project_sequence(heads, heads, None)
     expected = torch.stack([attention.e[:, :n] @ heads[:, i] for i in range(h)], dim=1)
     torch.testing.assert_close(projected, expected)
     g = torch.randn_like(projected)
@@ -84,15 +84,11 @@ def test_self_attention_projects_the_inputs_first_and_is_the_same_layer(padded):
         layer.in_proj.bias.normal_()  # zero at initialisation: the bias term would go untested
     x = torch.randn(3, 9, 16, dtype=torch.float64, requires_grad=True)
     mask = (torch.arange(9) < torch.tensor([9, 6, 3])[:, None])[:, None, None, :] if padded else None
-    compressed = []
-
-    def spy(module, args, kwargs):
-        compressed.append("projected_from" in kwargs)
-
-    layer.mechanism.register_forward_pre_hook(spy, with_kwargs=True)
+    compressed, compress = [], layer.mechanism.compress
+    layer.mechanism.compress = lambda *args: compressed.append(True) or compress(*args)
     out, weights = layer.self_attention(x, mask, need_weights=True)
     assert compressed == [True]  # 9 positions, 5 projected rows: the sequence projected first
-    q, k, v = layer._project_qkv(x)
+    q, k, v = AttentionMechanism.project(layer.mechanism, layer.in_proj, x, layer.n_heads)
     expected, expected_weights = layer.mechanism(q, k, v, mask, need_weights=True)
     expected = layer._project_out(expected)
     torch.testing.assert_close(out, expected)
@@ -129,7 +125,9 @@ def test_a_sequence_no_longer_than_the_projection_takes_the_usual_path():
 
     layer = MultiHeadAttention(16, 4, mechanism=LinformerAttention(5, 12))
     assert layer.mechanism.compresses(6) and not layer.mechanism.compresses(5)
-    calls = []
-    layer.mechanism.register_forward_pre_hook(lambda m, args, kwargs: calls.append(kwargs), with_kwargs=True)
+    calls, compressed = [], []
+    layer.mechanism.register_forward_pre_hook(lambda m, args: calls.append(len(args)))
+    compress = layer.mechanism.compress
+    layer.mechanism.compress = lambda *args: compressed.append(True) or compress(*args)
     layer.self_attention(torch.randn(2, 5, 16))
-    assert calls == [{}]
+    assert calls == [7] and not compressed  # the mechanism given the n keys and values

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from fastpaths.cpu import for_cpu_inference
 from transformer.lsh_attention import SELF, LSHAttention, shared_qk_attention
 
 
@@ -141,7 +142,7 @@ def test_the_layer_projects_no_keys_for_shared_qk(inference):
     q, v = heads(x @ w[:16].T + b[:16]), heads(x @ w[32:].T + b[32:])
     expected = layer.out_proj(layer.mechanism(q, None, v)[0].transpose(1, 2).reshape(2, 9, 16))
     if inference:
-        layer.packed.enabled = True
+        for_cpu_inference(layer)
         with torch.no_grad():
             torch.testing.assert_close(layer.self_attention(x)[0], expected, atol=1e-5, rtol=1e-5)
         return

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.uncached import Recomputing
+from fastpaths.cpu import for_cpu_inference
 from tests.transformer.helpers import (
     BOS,
     EOS,
@@ -16,7 +17,8 @@ from tests.transformer.helpers import (
 )
 from tests.transformer.test_model import _check_incremental_decoding
 from transformer import Transformer, TransformerConfig
-from transformer.attention import KVCache, SoftmaxAttention, SourceSummary
+from transformer.attention import SoftmaxAttention, SourceSummary
+from transformer.kv_cache import KVCache
 from transformer.mechanisms import REFUSED, ROLES, AttentionConfig
 from transformer.search import beam_search, greedy_search
 
@@ -98,8 +100,8 @@ def test_unknown_mechanisms_settings_and_dropout_without_weights_are_refused():
 
 
 @EACH
-def test_changing_a_later_target_token_leaves_earlier_outputs_unchanged(attention):
-    model = tiny_model(attention=attention)
+def test_changing_a_later_target_token_leaves_earlier_outputs_unchanged(attention, prepare):
+    model = prepare(tiny_model(attention=attention))
     src = random_tokens(2, 6, 37)
     tgt = random_tokens(2, 9, 41)
     base = model(src, tgt)
@@ -112,8 +114,8 @@ def test_changing_a_later_target_token_leaves_earlier_outputs_unchanged(attentio
 
 
 @EACH
-def test_padding_and_batch_neighbours_do_not_change_a_sentence(attention):
-    model = tiny_model(attention=attention)
+def test_padding_and_batch_neighbours_do_not_change_a_sentence(attention, prepare):
+    model = prepare(tiny_model(attention=attention))
     src = ragged_batch([7, 3, 5])
     tgt = random_tokens(3, 6, 41)
     together = model(src, tgt)
@@ -131,7 +133,7 @@ def test_stateful_decoding_equals_full_prefix_with_beams_reordered(attention, gr
     """The mechanism's decoding state, reordered and shrunk as beam search does, == recomputation."""
     model = tiny_model(attention=attention)
     if inference:
-        model.pack_for_inference()
+        for_cpu_inference(model)
     with torch.set_grad_enabled(not inference):
         _check_incremental_decoding(model, group, capacity=2)
 

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from fastpaths.cpu import for_cpu_inference
 from tests.transformer.helpers import PAD, random_tokens, tiny_config, tiny_model
 from transformer import Transformer
 
@@ -10,8 +11,8 @@ LN_MODES = pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", 
 
 
 @LN_MODES
-def test_changing_a_later_target_token_leaves_earlier_outputs_unchanged(norm_first):
-    model = tiny_model(norm_first)
+def test_changing_a_later_target_token_leaves_earlier_outputs_unchanged(norm_first, prepare):
+    model = prepare(tiny_model(norm_first))
     src = random_tokens(2, 6, 37)
     tgt = random_tokens(2, 8, 41)
     base = model(src, tgt)
@@ -24,8 +25,8 @@ def test_changing_a_later_target_token_leaves_earlier_outputs_unchanged(norm_fir
 
 
 @LN_MODES
-def test_source_and_target_padding_do_not_change_real_positions(norm_first):
-    model = tiny_model(norm_first)
+def test_source_and_target_padding_do_not_change_real_positions(norm_first, prepare):
+    model = prepare(tiny_model(norm_first))
     src = random_tokens(2, 5, 37)
     tgt = random_tokens(2, 4, 41)
     padded_src = torch.cat([src, torch.full((2, 3), PAD)], dim=1)
@@ -39,8 +40,8 @@ def test_source_and_target_padding_do_not_change_real_positions(norm_first):
 
 
 @LN_MODES
-def test_result_does_not_depend_on_batch_neighbours(norm_first):
-    model = tiny_model(norm_first)
+def test_result_does_not_depend_on_batch_neighbours(norm_first, prepare):
+    model = prepare(tiny_model(norm_first))
     lengths = [3, 7, 5]
     srcs = [random_tokens(1, n, 37) for n in lengths]
     tgt = random_tokens(3, 6, 41)
@@ -65,7 +66,7 @@ def test_incremental_decoding_equals_full_prefix(norm_first, group, capacity, in
     """
     model = tiny_model(norm_first)
     if inference:
-        model.pack_for_inference()
+        for_cpu_inference(model)
     with torch.set_grad_enabled(not inference):
         _check_incremental_decoding(model, group, capacity)
 
@@ -130,3 +131,20 @@ def test_bad_config_is_a_clear_error():
 def test_config_round_trips_through_plain_dict():
     cfg = tiny_config(norm_first=True)
     assert type(cfg).from_dict(cfg.to_dict()) == cfg
+
+
+def test_parameter_names_are_the_checkpoints():
+    """The names every checkpoint so far holds its weights under (with ``model.`` before them):
+    renaming one would make the checkpoints written before unloadable without a key mapping."""
+    names = set(tiny_model(n_encoder_layers=1, n_decoder_layers=1, tie_output=False).state_dict())
+    attention = {"in_proj.weight", "in_proj.bias", "out_proj.weight", "out_proj.bias"}
+    ffn = {"ffn.linear1.weight", "ffn.linear1.bias", "ffn.linear2.weight", "ffn.linear2.bias"}
+    norms = lambda *subs: {f"{s}.norm.{p}" for s in subs for p in ("weight", "bias")}  # noqa: E731
+    encoder = {f"self_attn.{n}" for n in attention} | ffn | norms("attn_sub", "ffn_sub")
+    decoder = {f"{a}.{n}" for a in ("self_attn", "cross_attn") for n in attention} | ffn
+    decoder |= norms("self_sub", "cross_sub", "ffn_sub")
+    assert names == (
+        {"src_embed.table.weight", "tgt_embed.table.weight", "output.weight"}
+        | {f"encoder.layers.0.{n}" for n in encoder}
+        | {f"decoder.layers.0.{n}" for n in decoder}
+    )

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from bench.uncached import Recomputing
+from fastpaths import search as fast_search
 from tests.transformer.helpers import (
     BOS,
     EOS,
@@ -15,7 +16,6 @@ from tests.transformer.helpers import (
     ragged_batch,
     tiny_model,
 )
-from transformer import cpu_kernels
 from transformer.search import (
     DecodingConfig,
     _top_log_probs,
@@ -162,7 +162,7 @@ def test_beam_search_is_the_same_with_plain_topk(monkeypatch):
     model = tiny_model(tgt_vocab_size=1000)
     src = ragged_batch([6, 3, 8, 5])
     blocked = beam_search(model, src, BOS, EOS, beam_size=3, nbest=3)
-    monkeypatch.setattr(cpu_kernels, "TOPK_BLOCK", 10**6)
+    monkeypatch.setattr(fast_search, "TOPK_BLOCK", 10**6)
     plain = beam_search(model, src, BOS, EOS, beam_size=3, nbest=3)
     assert [[h.tokens for h in s] for s in blocked] == [[h.tokens for h in s] for s in plain]
     for b, p in zip(blocked, plain, strict=True):
