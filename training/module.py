@@ -356,7 +356,8 @@ class TranslationModule(L.LightningModule):
             group.update(betas=tuple(opt["betas"]), eps=opt["eps"], weight_decay=weight_decay)
             group["initial_lr"] = base_lr
             group["lr"] = base_lr * lr_lambda(scheduler.last_epoch)
-        scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
+        # The optimizer's groups are what the optimizer, the progress bar and LearningRateMonitor
+        # read; the scheduler's get_last_lr() follows at its next step.
 
     def configure_optimizers(self) -> dict:
         opt = self.hparams.optimizer
