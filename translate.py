@@ -528,8 +528,11 @@ def run(args: argparse.Namespace) -> None:
     # interactive user learns about a bad checkpoint before typing.
     for option in ("input", "references", "score_references", "prefix"):
         path = getattr(args, option)
-        if path not in (None, "-") and not Path(path).is_file():
+        # exists, not is_file: a named pipe or a shell's <(...) is a file to read too
+        if path not in (None, "-") and not Path(path).exists():
             raise UsageError(f"--{option.replace('_', '-')} {path}: no such file")
+        if path not in (None, "-") and Path(path).is_dir():
+            raise UsageError(f"--{option.replace('_', '-')} {path}: a directory, not a file")
     try:
         translator = Translator.from_checkpoints(
             args.checkpoint, args.weights, args.device, DTYPES[args.dtype], target_lang=args.target_lang

@@ -11,6 +11,7 @@ import os
 import select
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -274,3 +275,20 @@ def test_scores_do_not_depend_on_the_token_budget(toy_checkpoint: Path) -> None:
     big = [s.log_prob for s in translator.score(KNOWN, targets)]
     small = [s.log_prob for s in translator.score(KNOWN, targets, max_tokens=6)]  # one pair a batch
     torch.testing.assert_close(torch.tensor(small), torch.tensor(big), rtol=1e-5, atol=1e-5)
+
+
+def test_a_named_pipe_is_a_file_to_read(
+    toy_checkpoint: Path, tmp_path: Path, capsysbinary: pytest.CaptureFixture
+) -> None:
+    """As bash's ``--prefix <(...)`` gives it: a FIFO, not a regular file."""
+    fifo = tmp_path / "prefix"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text("the dog\n"))
+    writer.start()
+    try:
+        out = cli(capsysbinary, "--checkpoint", str(toy_checkpoint), "--prefix", str(fifo), "ein hund läuft")
+    finally:
+        writer.join(timeout=60)
+    assert len(out) == 1 and out[0].startswith("the dog")
+    assert translate.main(["--checkpoint", str(toy_checkpoint), "--input", str(tmp_path)]) == 2
+    assert "a directory, not a file" in capsysbinary.readouterr().err.decode()
