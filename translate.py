@@ -364,6 +364,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                 ("--attention-dir", args.attention_dir),
                 ("--prefix", args.prefix),
                 ("--sampling", args.sampling),
+                ("--workers", args.workers > 1),  # scores are made in this process
             )
             if value
         ]

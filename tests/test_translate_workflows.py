@@ -180,6 +180,7 @@ def test_search_settings_reach_the_search_options() -> None:
         (["--temperature", "0"], "--temperature must be positive"),
         (["--weights", "1", "2"], "2 weights for 1 checkpoints"),
         (["--score-references", "r", "--references", "r"], "drop --references"),
+        (["--score-references", "r", "--workers", "2"], "drop --workers"),
         (["--buffer-size", "0"], "--buffer-size must be at least 1"),
         (["--no-repeat-ngram", "-1"], "--no-repeat-ngram must be at least 0"),
     ],
