@@ -626,6 +626,8 @@ def translate_input(args: argparse.Namespace, translator: Translator, pool: Work
     if args.attention_dir:
         from translation.attention_plot import write_attention  # matplotlib only when asked for
 
+        if len(args.checkpoint) > 1:
+            logger.info("the attention plots show the first checkpoint's model, %s", args.checkpoint[0])
         n_files = write_attention(
             translator, *plotted, args.attention_dir, args.attention_heads, args.attention_max_sentences
         )
