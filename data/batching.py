@@ -460,7 +460,19 @@ def collate_columns(batch: PairColumns) -> dict[str, torch.Tensor]:
         "tgt_out": torch.from_numpy(tgt_out),
         "tgt_lengths": torch.from_numpy(tgt_lengths),
         "ids": torch.from_numpy(batch.ids.astype(np.int64)),
+        "tgt_positions": target_positions(tgt_out),
     }
+
+
+def target_positions(tgt_out: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """``[N]`` int64 flat positions of ``tgt_out``'s real tokens (not PAD_ID), increasing.
+
+    Made on the host with the batch, so that the loss takes its real rows without asking the
+    device which they are (``fastpaths.loss.projected_cross_entropy``), and so that the number
+    of target tokens, ``len(tgt_positions)``, is a shape the host knows on any device.
+    """
+    flat = np.asarray(tgt_out).reshape(-1)
+    return torch.from_numpy(np.flatnonzero(flat != PAD_ID).astype(np.int64))
 
 
 def collate_batch(examples: list[dict]) -> dict[str, torch.Tensor]:
@@ -472,7 +484,9 @@ def collate_batch(examples: list[dict]) -> dict[str, torch.Tensor]:
     Returns:
         ``src`` [B, S] right-padded with PAD_ID; ``src_lengths`` [B];
         ``tgt_in`` [B, T] = BOS + tgt_ids; ``tgt_out`` [B, T] = tgt_ids + EOS, both right-padded;
-        ``tgt_lengths`` [B] = ``len(tgt_ids) + 1``; ``ids`` [B] example ids. All LongTensors.
+        ``tgt_lengths`` [B] = ``len(tgt_ids) + 1``; ``ids`` [B] example ids;
+        ``tgt_positions`` [N] the flat positions of ``tgt_out``'s N real tokens
+        (:func:`target_positions`). All LongTensors.
     """
 
     def flat(key: str) -> tuple[np.ndarray, np.ndarray]:

@@ -112,7 +112,7 @@ def _add_block_grads(
 class _ProjectedCrossEntropy(torch.autograd.Function):
     """Per-row label-smoothed cross-entropy of ``hidden @ weight.T + bias``; see the module docstring.
 
-    In fp32 it goes one step further: each block's gradient is multiplied into the gradients of
+    In fp32 on the CPU it goes one step further: each block's gradient is multiplied into the gradients of
     ``hidden``, ``weight`` and ``bias`` while the block is at hand, and no [tokens, vocabulary]
     tensor is kept at all (125 MiB for a 4,096-token batch in fp32). That assumes every row's
     loss gets the same gradient, as a mean or sum over tokens does; the backward pass checks it,
@@ -135,7 +135,9 @@ class _ProjectedCrossEntropy(torch.autograd.Function):
         b = None if bias is None else bias.to(compute_dtype)
         rows, vocab = h.size(0), w.size(0)
         keep_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
-        early = keep_grad and compute_dtype == torch.float32
+        # Early products on the CPU only: their backward pass reads whether every row's gradient is
+        # the same, a value that a GPU would have to finish computing before the host went on.
+        early = keep_grad and compute_dtype == torch.float32 and h.device.type == "cpu"
         losses = torch.empty(rows, dtype=torch.float32, device=h.device)
         grad_logits = grad_h = grad_w = grad_b = None
         if early:
@@ -221,6 +223,7 @@ def projected_cross_entropy(
     ignore_index: int,
     label_smoothing: float = 0.0,
     block_rows: int | None = None,
+    positions: Tensor | None = None,
 ) -> Tensor:
     """Label-smoothed cross-entropy of every position's logits ``hidden @ weight.T + bias``.
 
@@ -237,20 +240,27 @@ def projected_cross_entropy(
         ignore_index: the padding id.
         label_smoothing: epsilon of label smoothing.
         block_rows: rows whose logits exist at once; None: ``default_block_rows`` of the device.
+        positions: [N] int64, the flat positions in ``target`` that are not ``ignore_index``, in
+            increasing order, as the host knows them before the batch reaches the device
+            (``data.batching.collate_columns``' ``tgt_positions``); None: found here, by a
+            ``nonzero`` that on a GPU makes the host wait for the device.
 
     Returns:
         [...] fp32 losses (the shape of ``target``), 0 at ignored positions.
     """
     if block_rows is None:
         block_rows = default_block_rows(hidden.device, weight.size(0))
-    real = target != ignore_index  # (...)
+    if positions is None:
+        positions = (target != ignore_index).flatten().nonzero().squeeze(1)  # (N,)
+    positions = positions.to(target.device, non_blocking=True)
     rows = _ProjectedCrossEntropy.apply(
-        hidden[real],  # (N, d) real positions only
+        hidden.flatten(0, -2).index_select(0, positions),  # (N, d) real positions only
         weight,
         bias,
-        target[real],
+        target.flatten().index_select(0, positions),
         float(label_smoothing),
         int(block_rows),
         _compute_dtype(hidden),
     )
-    return torch.zeros(target.shape, dtype=rows.dtype, device=rows.device).masked_scatter(real, rows)
+    flat = torch.zeros(target.numel(), dtype=rows.dtype, device=rows.device)
+    return flat.index_copy(0, positions, rows).view_as(target)

@@ -67,11 +67,17 @@ def token_cross_entropy(
     ignore_index: int,
     label_smoothing: float = 0.0,
     block_rows: int | None = None,
+    positions: Tensor | None = None,
 ) -> Tensor:
     """:func:`cross_entropy` as the trainer computes it: the block loss, or compiled on a device
     not in ``EAGER_LOSS_DEVICES`` the two-call form (module docstring). Arguments and result as
     :func:`cross_entropy`'s; ``block_rows``: rows of logits at a time in the block loss (None: the
-    device's default, ``fastpaths.loss.default_block_rows``)."""
+    device's default, ``fastpaths.loss.default_block_rows``); ``positions``: [N] flat positions
+    of the real targets, known on the host (``fastpaths.loss.projected_cross_entropy``: without
+    them the block loss finds them by a ``nonzero`` that waits for the device; the two-call form
+    has no shape that depends on the values)."""
     if torch.compiler.is_compiling() and hidden.device.type not in EAGER_LOSS_DEVICES:
         return cross_entropy(hidden, weight, bias, target, ignore_index, label_smoothing)
-    return projected_cross_entropy(hidden, weight, bias, target, ignore_index, label_smoothing, block_rows)
+    return projected_cross_entropy(
+        hidden, weight, bias, target, ignore_index, label_smoothing, block_rows, positions
+    )

@@ -24,13 +24,13 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from common.metrics import CorpusScores, corpus_scores
-from data.batching import DECODING_TOKENS
+from data.batching import DECODING_TOKENS, target_positions
 from data.corpora import valid_split_key
 from data.tokenizer import SPECIAL_IDS
 from fastpaths.cpu import for_cpu_training
 from training.loss import token_cross_entropy
 from training.memory import peak_resident_mib, release_free_memory, resident_mib
-from training.nonfinite import NonFiniteGuard, total_grad_norm
+from training.nonfinite import NonFiniteGuard, UpdatePlace, nonfinite_flags, total_grad_norm
 from training.optimizer import OPTIMIZERS, build_optimizer, group_weight_decay
 from training.schedule import NEEDS_TOTAL, SCHEDULES, schedule_factor
 from training.selection import metric_prefix
@@ -122,6 +122,7 @@ def token_losses(
     pad_id: int,
     label_smoothing: float,
     block_rows: int | None = None,
+    positions: Tensor | None = None,
 ) -> Tensor:
     """Label-smoothed cross-entropy of every target token, zero at padding.
 
@@ -136,6 +137,8 @@ def token_losses(
         pad_id: the padding id (ignored positions).
         label_smoothing: epsilon of label smoothing.
         block_rows: rows of logits at a time (``training.loss``); None: the device's default.
+        positions: [N] flat positions of ``tgt_out``'s real tokens, known on the host
+            (``data.batching.collate_columns``' ``tgt_positions``); None: found on the device.
 
     Returns:
         [batch, tgt_len] losses, 0 at padding.
@@ -145,7 +148,7 @@ def token_losses(
     # kept (training/loss.py).
     output = model.output
     return token_cross_entropy(
-        hidden, output.weight, output.bias, tgt_out, pad_id, label_smoothing, block_rows
+        hidden, output.weight, output.bias, tgt_out, pad_id, label_smoothing, block_rows, positions
     )  # (B, T)
 
 
@@ -246,7 +249,7 @@ class TranslationModule(L.LightningModule):
         self.compile_options = compile_options(compile)
         self._compiled_losses = None  # torch.compile(token_losses), made on first training use
         self.nonfinite = NonFiniteGuard(max_nonfinite_in_a_row)
-        self._batch_ids: Tensor | None = None  # the last training batch's example ids, for messages
+        self._batch_ids: Tensor | None = None  # the last batch's example ids on the host, for messages
         self._update_tokens = 0  # target tokens of this rank's batches since the last update
 
     # ------------------------------------------------------------------ training
@@ -262,17 +265,37 @@ class TranslationModule(L.LightningModule):
                 self._compiled_losses = torch.compile(token_losses, **self.compile_options)
             losses = self._compiled_losses
         target = batch["tgt_out"]
-        token_loss = losses(self.model, batch["src"], batch["tgt_in"], target, self.pad_id, label_smoothing)
+        token_loss = losses(
+            self.model,
+            batch["src"],
+            batch["tgt_in"],
+            target,
+            self.pad_id,
+            label_smoothing,
+            positions=batch.get("tgt_positions"),
+        )
         return token_loss.sum(dim=1), (target != self.pad_id).sum(dim=1)
 
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """On the host, before the batch goes to the device: its real target positions (where the
+        collate function did not make them) and its example ids, kept here for messages."""
+        if isinstance(batch, dict) and "tgt_out" in batch:
+            if "tgt_positions" not in batch:
+                batch["tgt_positions"] = target_positions(batch["tgt_out"].cpu())
+            self._batch_ids = batch.get("ids")
+        return batch
+
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        """The batch's mean loss per target token (the summed loss, under ``loss_normalization:
+        update``). Nothing here waits for the device: the token count is the length of the
+        host-made ``tgt_positions``."""
         loss_sum, n_tokens = self.loss(batch, self.hparams.label_smoothing)
-        tokens = n_tokens.sum()
-        loss = loss_sum.sum() / tokens
-        self.log("train/loss", loss, prog_bar=True, batch_size=int(tokens))
+        positions = batch.get("tgt_positions")
+        tokens = int(n_tokens.sum()) if positions is None else positions.numel()
+        loss = loss_sum.sum() / max(tokens, 1)
+        self.log("train/loss", loss, prog_bar=True, batch_size=tokens)
         self.log("train/lr", self.optimizers().param_groups[0]["lr"], prog_bar=True)
-        self._tokens_in_step = int(tokens)
-        self._batch_ids = batch.get("ids")
+        self._tokens_in_step = tokens
         if self.hparams.loss_normalization == "update":
             # Summed: the update's gradient is divided by its tokens once they are all counted
             # (optimizer_step), so that every target token of the update weighs the same.
@@ -285,6 +308,8 @@ class TranslationModule(L.LightningModule):
     ) -> None:
         """Runs Lightning's closure (forward, backward), then steps only if loss and gradients are finite.
 
+        With a fused Adam and no fp16 loss scaler, the skip is decided on the device (the flags are
+        the optimizer's ``found_inf``) and the host waits for nothing; otherwise the host decides.
         Logs the gradient norm before clipping (``train/grad_norm``) and the updates skipped so far
         (``train/skipped_updates``); see :mod:`training.nonfinite`.
         """
@@ -295,16 +320,30 @@ class TranslationModule(L.LightningModule):
         grad_norm = total_grad_norm(list(self.model.parameters()))
         if scaler is not None:  # fp16: the gradients are still scaled here
             grad_norm = grad_norm / scaler.get_scale()
-        step = self.nonfinite.should_step(
-            self.trainer, loss, grad_norm, batch_idx, self._batch_ids, check_grads=scaler is None
-        )
+        flags = nonfinite_flags(loss, grad_norm, check_grads=scaler is None)
+        inner = getattr(optimizer, "optimizer", optimizer)  # Lightning's wrapper holds the optimizer
+        on_device = scaler is None and bool(inner.defaults.get("fused"))
+        where = UpdatePlace.of(self.trainer, batch_idx, self._batch_ids)
+        step = self.nonfinite.decide(self.trainer, flags, where, on_device)
         self.log("train/grad_norm", grad_norm, on_step=True, on_epoch=False)
         self.log("train/skipped_updates", float(self.nonfinite.skipped), on_step=True, on_epoch=False)
         if not step:
             optimizer.zero_grad(set_to_none=True)
             return
-        # The closure has run: hand the precision plugin its result (it unscales and clips).
-        optimizer.step(closure=lambda: loss)
+        if on_device:
+            inner.found_inf = flags.amax()  # fused Adam leaves everything as it was where it is 1
+        try:
+            # The closure has run: hand the precision plugin its result (it unscales and clips).
+            optimizer.step(closure=lambda: loss)
+        finally:
+            if on_device:
+                del inner.found_inf
+
+    def on_train_epoch_end(self) -> None:
+        self.nonfinite.settle(self.trainer, wait=True)  # the epoch's last updates' flags
+
+    def on_train_end(self) -> None:
+        self.nonfinite.settle(self.trainer, wait=True)
 
     def _divide_gradients_by_update_tokens(self) -> None:
         """Turns the update's gradient of summed losses into that of their mean over its target tokens.
@@ -316,11 +355,17 @@ class TranslationModule(L.LightningModule):
         the clipping and non-finite checks that follow see the normalised gradient.
         """
         trainer = self.trainer
-        local = torch.tensor(float(self._update_tokens), dtype=torch.float64, device=self.device)
-        self._update_tokens = 0
-        total = float(trainer.strategy.reduce(local, reduce_op="sum"))
-        scale = trainer.accumulate_grad_batches * trainer.world_size / max(total, 1.0)
+        local, self._update_tokens = self._update_tokens, 0
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        if trainer.world_size == 1:  # the host has the count
+            if grads:
+                torch._foreach_mul_(grads, trainer.accumulate_grad_batches / max(local, 1))
+            return
+        # The ranks' counts meet on the device, and the scale stays there (no host wait).
+        total = trainer.strategy.reduce(
+            torch.tensor(float(local), dtype=torch.float64, device=self.device), reduce_op="sum"
+        )
+        scale = (trainer.accumulate_grad_batches * trainer.world_size / total.clamp(min=1.0)).float()
         if grads:
             torch._foreach_mul_(grads, scale)
 

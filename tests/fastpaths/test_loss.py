@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from data.batching import target_positions
 from fastpaths.loss import projected_cross_entropy
 
 PAD = 0
@@ -61,6 +62,22 @@ def test_equals_linear_then_cross_entropy_fp32(bias: bool, eps: float, block_row
     torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-5)
     for got, want in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16"])
+def test_the_hosts_target_positions_give_what_the_loss_finds_itself(autocast: bool) -> None:
+    hidden, weight, b, target, upstream = _inputs(bias=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        want = _grads(_ours(4), hidden, weight, b, target, upstream, 0.1)
+
+        def given(hidden, weight, bias, target, eps):  # noqa: ANN001, ANN202
+            positions = target_positions(target)  # as the collate function makes them
+            return projected_cross_entropy(hidden, weight, bias, target, PAD, eps, 4, positions)
+
+        got = _grads(given, hidden, weight, b, target, upstream, 0.1)
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+    for g, w in zip(got[1], want[1], strict=True):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
 
 
 def test_padding_has_zero_loss_and_no_gradient() -> None:

@@ -83,3 +83,49 @@ def test_auto_precision_training_on_cuda_gives_finite_decreasing_loss(compile):
     first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
     assert last < 0.5 * first, (first, last)
     assert sorted(losses[-10:])[-1] < sorted(losses[:10])[0]  # every late step below every early one
+
+
+class NoSyncInUpdates(L.Callback):
+    """Turns CUDA's synchronisation check to "error" from each batch's start to its end (forward,
+    loss, backward, clipping, the non-finite guard, the optimizer step), after ``warmup`` batches
+    (a compiled step's first batches compile)."""
+
+    def __init__(self, warmup: int) -> None:
+        self.warmup = warmup
+        self.checked = 0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:  # noqa: ANN001
+        if batch_idx >= self.warmup:
+            torch.cuda.synchronize()  # what came before is not this update's
+            torch.cuda.set_sync_debug_mode("error")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: ANN001
+        if batch_idx >= self.warmup:
+            torch.cuda.set_sync_debug_mode("default")
+            self.checked += 1
+
+
+@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
+def test_a_bf16_update_never_makes_the_host_wait_for_the_gpu(compile):
+    """tests/training/test_host_syncs.py counts the same on the CPU."""
+    if choose_precision("auto", "gpu").precision != "bf16-mixed":
+        pytest.skip("fp16's loss scaler reads its found_inf on the host: bf16 GPUs only")
+    torch.manual_seed(0)
+    batch, vocab = _toy_batch()
+    model = dict(
+        src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=64, n_heads=4, n_encoder_layers=2,
+        n_decoder_layers=2, d_ff=128, dropout=0.1, share_embeddings=True,
+    )  # fmt: skip
+    module = TranslationModule(model, optimizer={"lr": 1e-3, "warmup_steps": 10}, compile=compile)
+    check = NoSyncInUpdates(warmup=3)
+    trainer = L.Trainer(
+        accelerator="gpu", devices=1, precision="bf16-mixed", gradient_clip_val=1.0, max_steps=8,
+        callbacks=[check], logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False,
+    )  # fmt: skip
+    loader = DataLoader([batch] * 8, batch_size=None, pin_memory=True)
+    try:
+        trainer.fit(module, train_dataloaders=loader)  # a synchronisation raises inside the update
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert check.checked == 5 and trainer.optimizers[0].defaults["fused"] is True

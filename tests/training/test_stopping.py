@@ -13,7 +13,7 @@ import torch
 from tests.toy_text import write_toy_corpus
 from tests.training.test_pipeline import compose_config, toy_overrides
 from training import module as module_mod
-from training.nonfinite import NonFiniteError, NonFiniteGuard
+from training.nonfinite import NonFiniteError, NonFiniteGuard, PendingUpdate, UpdatePlace, nonfinite_flags
 from training.pipeline import train
 
 
@@ -46,9 +46,12 @@ def _finite(state: dict) -> bool:
     return all(bool(torch.isfinite(t).all()) for t in state.values() if t.is_floating_point())
 
 
-def test_nonfinite_updates_are_skipped_logged_and_never_applied(toy, tmp_path, monkeypatch, caplog):
+# Fused Adam (the default) skips on the device, through its found_inf; the per-tensor one on the host's word.
+@pytest.mark.parametrize("fused", ["null", "false"], ids=["skipped-on-the-device", "skipped-by-the-host"])
+def test_nonfinite_updates_are_skipped_logged_and_never_applied(toy, tmp_path, monkeypatch, caplog, fused):
     calls = inject_nan(monkeypatch, bad_calls={3, 5})
     overrides = [*toy_overrides(*toy), "trainer.max_epochs=1", "trainer.limit_train_batches=8"]
+    overrides += [f"optimizer.fused={fused}"]
     overrides += ["trainer.limit_val_batches=1", "test=false"]
     caplog.set_level(logging.WARNING)
     results = train(compose_config(overrides, tmp_path / "run"))
@@ -110,3 +113,56 @@ def test_early_stopping_refuses_a_patience_below_one(toy, tmp_path):
     overrides = [*toy_overrides(*toy), "early_stopping.patience=0"]
     with pytest.raises(ValueError, match="early_stopping.patience must be null"):
         train(compose_config(overrides, tmp_path / "run"))
+
+
+class LateCopy:
+    """Stands for the CUDA event of a flags copy still under way, until ``done``."""
+
+    done = False
+
+    def query(self) -> bool:
+        return LateCopy.done
+
+    def synchronize(self) -> None:
+        LateCopy.done = True
+
+
+def test_flags_that_arrive_late_are_counted_in_order_each_naming_its_own_update(monkeypatch, caplog):
+    real_init = PendingUpdate.__init__
+
+    def late_init(self, flags, where):  # noqa: ANN001
+        real_init(self, flags, where)
+        self.event = LateCopy()
+
+    monkeypatch.setattr(PendingUpdate, "__init__", late_init)
+    LateCopy.done = False
+    guard = NonFiniteGuard(max_in_a_row=2)
+    caplog.set_level(logging.WARNING)
+    nan, one = torch.tensor(float("nan")), torch.tensor(1.0)
+    for step, loss in enumerate([nan, one, nan], start=1):
+        flags = nonfinite_flags(loss, torch.tensor(2.0))
+        assert guard.decide(None, flags, UpdatePlace(step, 0, step - 1), on_device=True)  # the device decides
+    assert guard.skipped == 0 and len(guard.pending) == 3 and not caplog.records  # nothing read yet
+    LateCopy.done = True  # the copies arrive: read in order at the next update
+    with pytest.raises(NonFiniteError, match="the last at step 4, epoch 0, batch 3 of the epoch"):
+        guard.decide(None, nonfinite_flags(one, torch.tensor(float("inf"))), UpdatePlace(4, 0, 3), True)
+    skips = [r.getMessage() for r in caplog.records]
+    assert [m.split(":")[0] for m in skips] == [
+        "non-finite loss at step 1, epoch 0, batch 0 of the epoch (example ids [])",
+        "non-finite loss at step 3, epoch 0, batch 2 of the epoch (example ids [])",
+        "non-finite gradient norm at step 4, epoch 0, batch 3 of the epoch (example ids [])",
+    ]
+    assert "1 in a row" in skips[0] and "1 in a row" in skips[1] and "2 in a row" in skips[2]
+
+
+def test_the_host_decides_at_once_where_the_optimizer_cannot_skip_on_the_device():
+    guard = NonFiniteGuard(max_in_a_row=3)
+    bad = nonfinite_flags(torch.tensor(1.0), torch.tensor(float("nan")))
+    assert not guard.decide(None, bad, UpdatePlace(1, 0, 0), on_device=False)
+    assert guard.decide(None, nonfinite_flags(None, torch.tensor(1.0)), UpdatePlace(2, 0, 1), on_device=False)
+    assert guard.state_dict() == {"in_a_row": 0, "skipped": 1}
+    # fp16's scaler checks the gradients itself: only the loss counts then
+    assert nonfinite_flags(torch.tensor(1.0), torch.tensor(float("inf")), check_grads=False).tolist() == [
+        0,
+        0,
+    ]
