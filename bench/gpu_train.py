@@ -86,7 +86,6 @@ from bench.harness import (  # noqa: E402
     write_json,
 )
 from bench.train_speed import (  # noqa: E402
-    BOS,
     EOS,
     PAD,
     Sizes,
@@ -95,7 +94,8 @@ from bench.train_speed import (  # noqa: E402
     forward_flops,
     losses_of,
 )
-from data.batching import TokenBucketBatchSampler, target_positions  # noqa: E402
+from data.batching import PairColumns, TokenBucketBatchSampler, collate_columns  # noqa: E402
+from data.length_buckets import LengthBuckets  # noqa: E402
 from training.module import FUSED_ADAM_DEVICES  # noqa: E402
 from transformer.hardware import bf16_capability  # noqa: E402
 
@@ -148,38 +148,39 @@ def train_flops(s: Sizes, batch: dict) -> tuple[float, float]:
 
 
 def make_batches(args: argparse.Namespace, vocab: int) -> list[dict]:
-    """``args.batches`` batches of random ids, cut by the training sampler from synthetic lengths."""
+    """``args.batches`` batches of random ids, cut by the training sampler from synthetic lengths
+    and padded by training's collate function (with ``--length-buckets``, to those buckets)."""
     rng = np.random.default_rng(args.seed)
     n = 20 * max(1, args.max_tokens // int(args.mean_len)) * args.batches  # enough for the batches asked
     src_lens = np.clip(np.rint(rng.normal(args.mean_len, args.sd_len, n)), 4, 128).astype(int)
     tgt_lens = np.clip(src_lens + rng.integers(-3, 4, n), 4, 128)  # target tokens incl. EOS
-    sampler = TokenBucketBatchSampler(src_lens, tgt_lens, max_tokens=args.max_tokens, seed=args.seed)
-    g = torch.Generator().manual_seed(args.seed)
+    buckets = LengthBuckets.parse(args.length_buckets)
+    sampler = TokenBucketBatchSampler(
+        src_lens, tgt_lens, max_tokens=args.max_tokens, seed=args.seed, length_buckets=buckets
+    )
     batches = []
     for indices in list(sampler)[: args.batches]:
-        lengths = [(int(src_lens[i]), int(tgt_lens[i])) for i in indices]
-        b, S, T = len(lengths), max(p[0] for p in lengths), max(p[1] for p in lengths)
-        src = torch.full((b, S), PAD, dtype=torch.long)
-        tgt_in = torch.full((b, T), PAD, dtype=torch.long)
-        tgt_out = torch.full((b, T), PAD, dtype=torch.long)
-        for row, (ls, lt) in enumerate(lengths):
-            src[row, : ls - 1] = torch.randint(4, vocab, (ls - 1,), generator=g)
-            src[row, ls - 1] = EOS
-            words = torch.randint(4, vocab, (lt - 1,), generator=g)
-            tgt_in[row, 0], tgt_in[row, 1:lt] = BOS, words
-            tgt_out[row, : lt - 1], tgt_out[row, lt - 1] = words, EOS
-        batches.append(
-            {
-                "src": src,
-                "tgt_in": tgt_in,
-                "tgt_out": tgt_out,
-                "tokens": sum(lt for _, lt in lengths),
-                "tgt_positions": target_positions(tgt_out),  # as training's collate makes them
-                "lengths": lengths,
-                "padded": (b, S, T),
-            }
+        ls, lt = src_lens[indices], tgt_lens[indices]
+        src_values = rng.integers(4, vocab, int(ls.sum()))
+        src_values[np.cumsum(ls) - 1] = EOS  # each source ends in EOS
+        columns = PairColumns(
+            np.asarray(indices), src_values, ls, rng.integers(4, vocab, int((lt - 1).sum())), lt - 1
         )
+        batch = collate_columns(columns, buckets, args.max_tokens)
+        lengths = [(int(a), int(b)) for a, b in zip(ls, lt, strict=True)]
+        batch.update(
+            tokens=int(lt.sum()),
+            lengths=lengths,
+            padded=tuple(batch["tgt_in"].shape[:1]) + (batch["src"].shape[1], batch["tgt_in"].shape[1]),
+        )
+        batches.append(batch)
     return batches
+
+
+def target_padding(batches: list[dict]) -> float:
+    """The share of the batches' target slots that are padding (filler rows included)."""
+    slots = sum(b["tgt_out"].numel() for b in batches)
+    return 1.0 - sum(b["tokens"] for b in batches) / max(slots, 1)
 
 
 # ----------------------------------------------------------------------------- stepping
@@ -204,7 +205,8 @@ class Runner:
         self.opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=fused)
         self.losses = losses_of(name)  # ours: training's own token_losses
         if compiled:
-            self.losses = torch.compile(self.losses, backend=args.compile_backend)
+            mode = {} if args.compile_mode is None else {"mode": args.compile_mode}
+            self.losses = torch.compile(self.losses, backend=args.compile_backend, **mode)
         self.warmup_times: list[float] = []
         self.times: list[float] = []
         self.peak_bytes = 0
@@ -315,7 +317,8 @@ def measure(size: str, args: argparse.Namespace, peak_flops: float) -> tuple[lis
     print(
         f"== model={size}: {s}; ours {n_params['ours']:,} parameters, nn.Transformer "
         f"{n_params.get('torch', 0):,}; batch shapes (b, S, T) "
-        f"{' '.join(str(b['padded']) for b in batches)}; "
+        f"{' '.join(str(b['padded']) for b in batches)}, target padding {target_padding(batches):.1%}"
+        f"{'' if args.length_buckets is None else f' with --length-buckets {args.length_buckets}'}; "
         f"FlopCounterMode / analytic FLOPs of one eager step of ours (padded): {counted / analytic:.3f}",
         flush=True,
     )
@@ -391,6 +394,9 @@ def measure(size: str, args: argparse.Namespace, peak_flops: float) -> tuple[lis
         "parameters": n_params,
         "batch_shapes": [b["padded"] for b in batches],
         "target_tokens_per_batch": [b["tokens"] for b in batches],
+        "target_padding": target_padding(batches),
+        "length_buckets": args.length_buckets,
+        "compile_mode": args.compile_mode,
         "flop_counter_over_analytic_padded": counted / analytic,
         "failed": failed,
     }
@@ -446,6 +452,20 @@ def main() -> None:
     )
     parser.add_argument(
         "--compile-backend", default="inductor", help="torch.compile backend (default inductor)"
+    )
+    parser.add_argument(
+        "--compile-mode",
+        default=None,
+        help="torch.compile mode, e.g. reduce-overhead (CUDA graphs: with --length-buckets) or "
+        "max-autotune (default: torch's)",
+    )
+    parser.add_argument(
+        "--length-buckets",
+        type=int,
+        nargs="+",
+        default=None,
+        help="batches cut and padded as data.length_buckets does (data/length_buckets.py), e.g. "
+        "16 24 32 48 64 96 128: a few shapes, for CUDA graphs; the padding is printed",
     )
     parser.add_argument(
         "--peak-tflops",

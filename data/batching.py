@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
+from data.length_buckets import LengthBuckets
 from data.mixing import CorpusMix
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
@@ -161,6 +162,8 @@ class TokenBucketBatchSampler(Sampler[list[int]]):
         rank: this rank, ``0 <= rank < num_replicas``.
         mix: which examples each epoch holds when several corpora are mixed by weight
             (:class:`data.mixing.CorpusMix`, built over :meth:`length_keys`); ``None``: each once.
+        length_buckets: cut by widths padded up to these buckets (``data.length_buckets``,
+            :mod:`data.length_buckets`), as :func:`collate_columns` pads the batches; None: by widths.
     """
 
     def __init__(
@@ -173,6 +176,7 @@ class TokenBucketBatchSampler(Sampler[list[int]]):
         num_replicas: int = 1,
         rank: int = 0,
         mix: CorpusMix | None = None,
+        length_buckets: LengthBuckets | None = None,
     ) -> None:
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
@@ -188,6 +192,7 @@ class TokenBucketBatchSampler(Sampler[list[int]]):
         self.num_replicas = num_replicas
         self.rank = rank
         self.mix = mix
+        self.length_buckets = length_buckets
         self.epoch = 0
         self._position = 0  # batches of the current pass handed out (this rank)
         self._resume_at = 0  # first batch of the next pass, set by load_state_dict
@@ -231,6 +236,8 @@ class TokenBucketBatchSampler(Sampler[list[int]]):
         """Batch boundaries ``[start, end)`` in sorted order, and how many batches to repeat."""
         order = self._sorted_order(None)
         widths = np.maximum(self.src_lengths, self.tgt_lengths)[order]  # ascending
+        if self.length_buckets is not None:  # still ascending: the buckets keep the order
+            widths = self.length_buckets.bucket(widths)
         segments = token_budget_batches(widths, self.max_tokens)
         # Halve the batch with the most examples until the count divides evenly across ranks.
         while len(segments) % self.num_replicas:
@@ -441,25 +448,46 @@ def _scatter(values: np.ndarray, lengths: np.ndarray, width: int, offset: int = 
     return out
 
 
-def collate_columns(batch: PairColumns) -> dict[str, torch.Tensor]:
-    """Pad a batch of flat columns into model inputs (the layout of :func:`collate_batch`)."""
+def collate_columns(
+    batch: PairColumns, length_buckets: LengthBuckets | None = None, max_tokens: int = 0
+) -> dict[str, torch.Tensor]:
+    """Pad a batch of flat columns into model inputs (the layout of :func:`collate_batch`).
+
+    With ``length_buckets`` (:mod:`data.length_buckets`), the lengths are padded up to their
+    buckets and the rows up to ``max_tokens`` at the batch's bucketed width, with filler pairs:
+    source EOS alone, target all padding (``tgt_in`` BOS alone), ``tgt_lengths`` 0, id -1.
+    """
     B = len(batch.ids)
     src_lengths = batch.src_lengths.astype(np.int64)
     tgt_lengths = batch.tgt_lengths.astype(np.int64) + 1  # BOS + ids, or ids + EOS
+    ids = batch.ids.astype(np.int64)
     S = int(src_lengths.max()) if B else 0
     T = int(tgt_lengths.max()) if B else 0
+    rows = B
+    if length_buckets is not None and B:
+        rows, S, T = length_buckets.batch_shape(src_lengths, tgt_lengths, max_tokens)
     src = _scatter(batch.src_values, src_lengths, S)  # (B, S)
     tgt_in = _scatter(batch.tgt_values, tgt_lengths - 1, T, offset=1)  # (B, T)
     tgt_in[:, 0] = BOS_ID
     tgt_out = _scatter(batch.tgt_values, tgt_lengths - 1, T)  # (B, T)
     tgt_out[np.arange(B), tgt_lengths - 1] = EOS_ID
+    if rows > B:  # filler pairs: they attend to themselves alone and have no target token
+        fill = rows - B
+        src = np.concatenate([src, np.full((fill, S), PAD_ID, dtype=np.int64)])
+        src[B:, 0] = EOS_ID
+        tgt_in = np.concatenate([tgt_in, np.full((fill, T), PAD_ID, dtype=np.int64)])
+        tgt_in[B:, 0] = BOS_ID
+        tgt_out = np.concatenate([tgt_out, np.full((fill, T), PAD_ID, dtype=np.int64)])
+        src_lengths = np.concatenate([src_lengths, np.ones(fill, dtype=np.int64)])
+        tgt_lengths = np.concatenate([tgt_lengths, np.zeros(fill, dtype=np.int64)])
+        ids = np.concatenate([ids, np.full(fill, -1, dtype=np.int64)])
     return {
         "src": torch.from_numpy(src),
         "src_lengths": torch.from_numpy(src_lengths),
         "tgt_in": torch.from_numpy(tgt_in),
         "tgt_out": torch.from_numpy(tgt_out),
         "tgt_lengths": torch.from_numpy(tgt_lengths),
-        "ids": torch.from_numpy(batch.ids.astype(np.int64)),
+        "ids": torch.from_numpy(ids),
         "tgt_positions": target_positions(tgt_out),
     }
 

@@ -8,6 +8,7 @@ splits batches across ranks (rank and world size are read from ``self.trainer``)
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import time
@@ -30,6 +31,7 @@ from data.corpora import (
     valid_split_key,
 )
 from data.corpus import MULTI30K_HUB_ID, SPLITS
+from data.length_buckets import LengthBuckets, bucketed_padding, distinct_shapes
 from data.mixing import CorpusMix
 from data.prepared import BAD_LINES, PreparedCorpus, drop_long_pairs, prepare_corpus
 from data.sampling import SampledPairs
@@ -88,7 +90,7 @@ class TranslationDataModule(L.LightningDataModule):
     """Loads a parallel corpus, trains, reuses or is given SentencePiece, and serves padded batches.
 
     Batches are dicts from :func:`data.batching.collate_columns`: ``src`` [B, S], ``src_lengths``
-    [B], ``tgt_in`` [B, T], ``tgt_out`` [B, T], ``tgt_lengths`` [B], ``ids`` [B].
+    [B], ``tgt_in`` [B, T], ``tgt_out`` [B, T], ``tgt_lengths`` [B], ``ids`` [B], ``tgt_positions`` [N].
 
     Args:
         src_lang: source language, e.g. ``"de"``.
@@ -123,6 +125,10 @@ class TranslationDataModule(L.LightningDataModule):
             segmentations (-1) or the ``nbest`` best.
         max_tokens: padded tokens per batch, ``batch_size * max(src_len, tgt_len)``.
         eval_max_tokens: the same for validation and test; ``None`` means ``max_tokens``.
+        length_buckets: pad each training batch's lengths up to these few (and its rows up to
+            ``max_tokens`` at that width, with filler pairs), so that a compiled step meets a few
+            shapes and can run as CUDA graphs (:mod:`data.length_buckets`); the padding it costs is
+            logged at set-up. ``None``: batches as long as their longest pair.
         seed: seed of the per-epoch batch order.
         num_workers: DataLoader worker processes (0: load in the main process).
         pin_memory: pin batches in page-locked memory, so that Lightning's host-to-GPU copies
@@ -172,6 +178,7 @@ class TranslationDataModule(L.LightningDataModule):
         spm_sampling_nbest: int = -1,
         max_tokens: int = 4096,
         eval_max_tokens: int | None = None,
+        length_buckets: list[int] | None = None,
         seed: int = 1234,
         num_workers: int = 0,
         pin_memory: bool | None = None,
@@ -207,6 +214,7 @@ class TranslationDataModule(L.LightningDataModule):
         self.spm_sampling_alpha, self.spm_sampling_nbest = spm_sampling_alpha, spm_sampling_nbest
         self.max_tokens = max_tokens
         self.eval_max_tokens = eval_max_tokens or max_tokens
+        self.length_buckets = LengthBuckets.parse(length_buckets)
         self.seed = seed
         self.num_workers = num_workers
         self.pin_memory = pin_memory
@@ -420,11 +428,31 @@ class TranslationDataModule(L.LightningDataModule):
         """Load everything, memory-mapping the caches written by :meth:`prepare_data`."""
         self._load()
         if stage in (None, "fit"):
-            logger.info(
-                "train padding fraction at max_tokens=%d: %.4f",
-                self.max_tokens,
-                self.train_padding_fraction(),
-            )
+            self._log_train_padding()
+
+    def _log_train_padding(self) -> None:
+        """Logs the first epoch's padding and batch shapes; with ``length_buckets``, what they cost."""
+        lengths = self.lengths["train"]
+        plain = self.batch_sampler("train", buckets=False).global_batches()
+        logger.info(
+            "train padding fraction at max_tokens=%d: %.4f (%d batch shapes an epoch)",
+            self.max_tokens,
+            self.train_padding_fraction(),
+            distinct_shapes(plain, *lengths),
+        )
+        if self.length_buckets is None:
+            return
+        batches = self.batch_sampler("train").global_batches()
+        padding, fillers, shapes = bucketed_padding(batches, *lengths, self.length_buckets, self.max_tokens)
+        logger.info(
+            "train padding fraction with data.length_buckets=%s: %.4f, filler rows %.4f "
+            "(%d batch shapes, %d batches)",
+            list(self.length_buckets.lengths),
+            padding,
+            fillers,
+            shapes,
+            len(batches),
+        )
 
     # --------------------------------------------------------------- accessors
 
@@ -484,8 +512,11 @@ class TranslationDataModule(L.LightningDataModule):
             return 1, 0
         return trainer.world_size, trainer.global_rank
 
-    def batch_sampler(self, split: str, num_replicas: int = 1, rank: int = 0) -> TokenBucketBatchSampler:
-        """A fresh sampler over ``split``: shuffled for ``train``, fixed order otherwise."""
+    def batch_sampler(
+        self, split: str, num_replicas: int = 1, rank: int = 0, buckets: bool = True
+    ) -> TokenBucketBatchSampler:
+        """A fresh sampler over ``split``: shuffled for ``train``, fixed order otherwise; training's
+        cut by ``length_buckets`` unless ``buckets`` is False (validation and test never are)."""
         assert self.tokenized is not None, "call setup() first"
         src_len, tgt_len = self.lengths[split]
         train = split == "train"
@@ -498,11 +529,13 @@ class TranslationDataModule(L.LightningDataModule):
             num_replicas=num_replicas,
             rank=rank,
             mix=self._mix if train else None,
+            length_buckets=self.length_buckets if train and buckets else None,
         )
 
     def train_padding_fraction(self) -> float:
-        """Padding share of the first epoch's training batches (all ranks' batches together)."""
-        sampler = self.batch_sampler("train")
+        """Padding share of the first epoch's training batches (all ranks' batches together),
+        without ``length_buckets``."""
+        sampler = self.batch_sampler("train", buckets=False)
         return padding_fraction(sampler.global_batches(), *self.lengths["train"])
 
     def _pin_memory(self) -> bool:
@@ -513,9 +546,14 @@ class TranslationDataModule(L.LightningDataModule):
         return strategy is not None and strategy.root_device.type == "cuda"
 
     def _loader(self, split: str, sampler: TokenBucketBatchSampler) -> DataLoader:
+        collate = collate_columns
+        if split == "train" and self.length_buckets is not None:  # a partial: picklable for workers
+            collate = functools.partial(
+                collate_columns, length_buckets=self.length_buckets, max_tokens=self.max_tokens
+            )
         kwargs = {
             "batch_sampler": sampler,
-            "collate_fn": collate_columns,
+            "collate_fn": collate,
             "num_workers": self.num_workers,
             "persistent_workers": self.num_workers > 0,
             "pin_memory": self._pin_memory(),

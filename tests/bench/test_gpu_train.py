@@ -56,3 +56,18 @@ def test_gpu_train_refuses_batches_first_seen_while_timed():
     args = ["--device", "cpu", "--models", "tiny", "--steps", "2", "--warmup", "1", "--batches", "2"]
     proc = _bench(args)
     assert proc.returncode == 2 and "--warmup 1 < --batches 2" in proc.stderr
+
+
+def test_gpu_train_length_buckets_give_the_buckets_shapes_and_print_their_padding(tmp_path):
+    out = tmp_path / "gpu_train.json"
+    args = ["--device", "cpu", "--models", "tiny", "--steps", "1", "--warmup", "2", "--batches", "2"]
+    args += ["--max-tokens", "256", "--vocab", "300", "--no-compile", "--threads", "1", "--json", str(out)]
+    args += ["--configs", "ours-eager", "--length-buckets", "16", "32", "64", "128"]
+    proc = _bench(args)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    info = json.loads(out.read_text())["results"]["tiny"]["info"]
+    for rows, S, T in info["batch_shapes"]:
+        assert S in (16, 32, 64, 128) and T in (16, 32, 64, 128) and rows == 256 // max(S, T)
+    assert 0 < info["target_padding"] < 1 and info["length_buckets"] == [16, 32, 64, 128]
+    said = f"target padding {info['target_padding']:.1%} with --length-buckets [16, 32, 64, 128]"
+    assert said in proc.stdout
