@@ -242,6 +242,7 @@ class TranslationDataModule(L.LightningDataModule):
         self._served: dict[str, TokenizedPairs] = {}  # what the loaders fetch batches from
         self._train_sampler: TokenBucketBatchSampler | None = None
         self._pending_train_state: dict | None = None
+        self._padding_logged = False
 
     # ----------------------------------------------------------------- loading
 
@@ -427,8 +428,9 @@ class TranslationDataModule(L.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         """Load everything, memory-mapping the caches written by :meth:`prepare_data`."""
         self._load()
-        if stage in (None, "fit"):
+        if stage in (None, "fit") and not self._padding_logged:  # train.py and Lightning both set up
             self._log_train_padding()
+            self._padding_logged = True
 
     def _log_train_padding(self) -> None:
         """Logs the first epoch's padding and batch shapes; with ``length_buckets``, what they cost."""

@@ -7,7 +7,10 @@ On CUDA, ``torch.cuda.set_sync_debug_mode("error")`` catches a synchronisation a
   ``aten._local_scalar_dense``), ``tolist()``, ``aten.equal``, ``aten.is_nonzero``;
 * operations whose output's shape depends on the values, which the host must learn before it can
   go on: ``nonzero``, ``masked_select``, ``masked_scatter``, ``unique``, indexing with a boolean
-  mask (``x[mask]``, ``x[mask] = v``), ``repeat_interleave`` of a tensor of counts.
+  mask (``x[mask]``, ``x[mask] = v``), ``repeat_interleave`` of a tensor of counts;
+* host data copied to a device as ``torch.tensor(data, device=...)`` (Lightning's ``self.log`` of
+  a Python number does it): on CUDA a blocking copy, which waits for the stream's work first.
+  Counted whatever the device, since on the CPU the device is the host.
 
 It records the operations dispatched while it is active, forward and backward, with where in the
 caller's code each came from. Host memory read through numpy (a pinned buffer that an asynchronous
@@ -63,6 +66,7 @@ class HostSyncs(TorchDispatchMode):
         super().__init__()
         self.calls: list[tuple[str, str]] = []
         self._tolist: Any = None
+        self._tensor: Any = None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204, D105
         if func in SYNCING or (func in INDEXING and _boolean_index(args)):
@@ -70,17 +74,23 @@ class HostSyncs(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
     def __enter__(self) -> HostSyncs:
-        # tolist() reads the values in C++ without dispatching an operation: counted by hand.
-        self._tolist = torch.Tensor.tolist
-        real, calls = self._tolist, self.calls
+        # tolist() reads the values in C++ without dispatching an operation, and torch.tensor()
+        # copies host data without one either: both counted by hand.
+        self._tolist, self._tensor = torch.Tensor.tolist, torch.tensor
+        real_tolist, real_tensor, calls = self._tolist, self._tensor, self.calls
 
         def tolist(tensor: torch.Tensor) -> Any:
             calls.append(("Tensor.tolist", _caller()))
-            return real(tensor)
+            return real_tolist(tensor)
 
-        torch.Tensor.tolist = tolist
+        def tensor(data: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+            if kwargs.get("device") is not None:
+                calls.append((f"torch.tensor(device={kwargs['device']})", _caller()))
+            return real_tensor(data, *args, **kwargs)
+
+        torch.Tensor.tolist, torch.tensor = tolist, tensor
         return super().__enter__()
 
     def __exit__(self, *exc: object) -> None:
-        torch.Tensor.tolist = self._tolist
+        torch.Tensor.tolist, torch.tensor = self._tolist, self._tensor
         return super().__exit__(*exc)

@@ -32,6 +32,7 @@ from training.loss import token_cross_entropy
 from training.memory import peak_resident_mib, release_free_memory, resident_mib
 from training.nonfinite import NonFiniteGuard, UpdatePlace, nonfinite_flags, total_grad_norm
 from training.optimizer import OPTIMIZERS, build_optimizer, group_weight_decay
+from training.progress import host_value
 from training.schedule import NEEDS_TOTAL, SCHEDULES, schedule_factor
 from training.selection import metric_prefix
 from transformer import Transformer, TransformerConfig
@@ -294,7 +295,7 @@ class TranslationModule(L.LightningModule):
         tokens = int(n_tokens.sum()) if positions is None else positions.numel()
         loss = loss_sum.sum() / max(tokens, 1)
         self.log("train/loss", loss, prog_bar=True, batch_size=tokens)
-        self.log("train/lr", self.optimizers().param_groups[0]["lr"], prog_bar=True)
+        self.log("train/lr", host_value(self.optimizers().param_groups[0]["lr"]), prog_bar=True)
         self._tokens_in_step = tokens
         if self.hparams.loss_normalization == "update":
             # Summed: the update's gradient is divided by its tokens once they are all counted
@@ -326,7 +327,7 @@ class TranslationModule(L.LightningModule):
         where = UpdatePlace.of(self.trainer, batch_idx, self._batch_ids)
         step = self.nonfinite.decide(self.trainer, flags, where, on_device)
         self.log("train/grad_norm", grad_norm, on_step=True, on_epoch=False)
-        self.log("train/skipped_updates", float(self.nonfinite.skipped), on_step=True, on_epoch=False)
+        self.log("train/skipped_updates", host_value(self.nonfinite.skipped), on_step=True, on_epoch=False)
         if not step:
             optimizer.zero_grad(set_to_none=True)
             return
@@ -361,10 +362,12 @@ class TranslationModule(L.LightningModule):
             if grads:
                 torch._foreach_mul_(grads, trainer.accumulate_grad_batches / max(local, 1))
             return
-        # The ranks' counts meet on the device, and the scale stays there (no host wait).
-        total = trainer.strategy.reduce(
-            torch.tensor(float(local), dtype=torch.float64, device=self.device), reduce_op="sum"
-        )
+        # The ranks' counts meet on the device, and the scale stays there (no host wait): the count
+        # goes over from pinned memory without blocking.
+        count = torch.full((), float(local), dtype=torch.float64)
+        if self.device.type == "cuda":
+            count = count.pin_memory()
+        total = trainer.strategy.reduce(count.to(self.device, non_blocking=True), reduce_op="sum")
         scale = (trainer.accumulate_grad_batches * trainer.world_size / total.clamp(min=1.0)).float()
         if grads:
             torch._foreach_mul_(grads, scale)
@@ -373,7 +376,7 @@ class TranslationModule(L.LightningModule):
         now = time.perf_counter()
         if self._last_batch_end is not None:
             tok_s = self._tokens_in_step / max(now - self._last_batch_end, 1e-9)
-            self.log("train/tok_s", tok_s, prog_bar=True, on_step=True, on_epoch=False)
+            self.log("train/tok_s", host_value(tok_s), prog_bar=True, on_step=True, on_epoch=False)
         self._last_batch_end = now
 
     def on_train_epoch_start(self) -> None:

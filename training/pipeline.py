@@ -422,7 +422,10 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
     progress = RunProgress(pad_id=module.pad_id)
     callbacks.append(progress)
     if cfg.trainer.get("enable_progress_bar", True):
-        callbacks.append(ProgressBar(progress))
+        every = cfg.get("progress_bar_every")
+        if every is None:  # every batch on the CPU; on an accelerator, a wait for the GPU every 10
+            every = 1 if str(cfg.trainer.get("accelerator", "cpu")) == "cpu" else 10
+        callbacks.append(ProgressBar(progress, refresh_rate=int(every)))
     preemption = PreemptionCheckpoint(ckpt_dir)
     if cfg.train:
         callbacks.append(preemption)

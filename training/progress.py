@@ -20,9 +20,16 @@ from collections import deque
 from typing import Any
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import Callback, Timer, TQDMProgressBar
 
 logger = logging.getLogger(__name__)
+
+
+def host_value(value: float) -> torch.Tensor:
+    """``value`` as a 0-dim fp32 tensor in host memory, for ``self.log``: Lightning makes a Python
+    number a tensor on the module's device, a blocking copy that on a GPU waits for the step's work."""
+    return torch.tensor(float(value), dtype=torch.float32)
 
 
 def format_duration(seconds: float) -> str:
@@ -65,7 +72,9 @@ class RunProgress(Callback):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if isinstance(batch, dict) and "tgt_out" in batch:
+        if isinstance(batch, dict) and "tgt_positions" in batch:  # made on the host: no wait for the device
+            self._tokens += len(batch["tgt_positions"])
+        elif isinstance(batch, dict) and "tgt_out" in batch:
             self._tokens += int((batch["tgt_out"] != self.pad_id).sum())
         update = trainer.global_step
         if not self._marks or update == self._marks[-1][1]:
@@ -80,9 +89,11 @@ class RunProgress(Callback):
         timer = next((c for c in trainer.callbacks if isinstance(c, Timer)), None)  # trainer.max_time
         if timer is not None and timer.time_remaining() is not None:
             self.time_left_s = min(self.time_left_s, max(float(timer.time_remaining()), 0.0))
-        pl_module.log("train/updates_s", self.updates_s, prog_bar=True, on_step=True, on_epoch=False)
+        pl_module.log(
+            "train/updates_s", host_value(self.updates_s), prog_bar=True, on_step=True, on_epoch=False
+        )
         if math.isfinite(self.time_left_s):
-            pl_module.log("train/time_left_s", self.time_left_s, on_step=True, on_epoch=False)
+            pl_module.log("train/time_left_s", host_value(self.time_left_s), on_step=True, on_epoch=False)
         every = max(int(trainer.log_every_n_steps), 1)
         if update % every == 0 and trainer.is_global_zero:
             logger.info("%s", self.describe(update, total))
@@ -100,6 +111,7 @@ class ProgressBar(TQDMProgressBar):
     """Lightning's bar with the update count and the time left of :class:`RunProgress` beside it."""
 
     def __init__(self, progress: RunProgress, refresh_rate: int = 1) -> None:
+        # Each refresh reads the logged loss from the device: on a GPU, a wait for the step to finish.
         super().__init__(refresh_rate=refresh_rate)
         self.progress = progress
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import lightning as L
 import pytest
 import torch
@@ -12,6 +14,7 @@ from data.tokenizer import EOS_ID, SubwordTokenizer
 from tests.host_syncs import HostSyncs
 from tests.toy_text import toy_pairs, train_word_spm
 from training.module import TranslationModule
+from training.progress import RunProgress
 
 
 def _toy_batches(n: int) -> tuple[list[dict], int]:
@@ -79,3 +82,14 @@ def test_the_counter_sees_what_would_wait():
         "aten._local_scalar_dense.default", "aten.nonzero.default",
     ]  # fmt: skip
     assert all("test_host_syncs.py" in where for _, where in syncs.calls)
+
+
+def test_the_runs_progress_counts_tokens_from_the_host_made_positions():
+    batches, _ = _toy_batches(1)
+    progress = RunProgress(pad_id=0)
+    trainer = SimpleNamespace(global_step=0, callbacks=[], log_every_n_steps=50, is_global_zero=True)
+    progress._marks.append((0.0, 0, 0))
+    with HostSyncs() as syncs:
+        progress.on_train_batch_end(trainer, None, None, batches[0], 0)  # accumulating: no update yet
+    assert syncs.calls == []
+    assert progress._tokens == int((batches[0]["tgt_out"] != 0).sum())

@@ -107,7 +107,16 @@ def test_compiled_loss_gives_the_eager_block_losses_and_gradients(monkeypatch, t
         model = TranslationModule(_tiny(vocab)).model.train()
         fn = torch.compile(token_losses, backend="aot_eager") if compiled else token_losses
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            losses = fn(model, batch["src"], batch["tgt_in"], batch["tgt_out"], PAD_ID, 0.1)
+            # with the host's target positions, as training passes them
+            losses = fn(
+                model,
+                batch["src"],
+                batch["tgt_in"],
+                batch["tgt_out"],
+                PAD_ID,
+                0.1,
+                positions=batch["tgt_positions"],
+            )
         losses.sum().backward()
         results[compiled] = [losses.detach()] + [p.grad for p in model.parameters()]
     assert counters["stats"]["unique_graphs"] == 1  # the model (and the two-call loss): one graph
