@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from common.metrics import CorpusScores, corpus_scores
-from data.batching import DECODING_TOKENS, target_positions
+from data.batching import DECODING_TOKENS
 from data.corpora import valid_split_key
 from data.tokenizer import SPECIAL_IDS
 from fastpaths.cpu import for_cpu_training
@@ -250,7 +250,7 @@ class TranslationModule(L.LightningModule):
         self.compile_options = compile_options(compile)
         self._compiled_losses = None  # torch.compile(token_losses), made on first training use
         self.nonfinite = NonFiniteGuard(max_nonfinite_in_a_row)
-        self._batch_ids: Tensor | None = None  # the last batch's example ids on the host, for messages
+        self._batch_ids: Tensor | None = None  # the last training batch's example ids, for messages
         self._update_tokens = 0  # target tokens of this rank's batches since the last update
 
     # ------------------------------------------------------------------ training
@@ -277,19 +277,11 @@ class TranslationModule(L.LightningModule):
         )
         return token_loss.sum(dim=1), (target != self.pad_id).sum(dim=1)
 
-    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """On the host, before the batch goes to the device: its real target positions (where the
-        collate function did not make them) and its example ids, kept here for messages."""
-        if isinstance(batch, dict) and "tgt_out" in batch:
-            if "tgt_positions" not in batch:
-                batch["tgt_positions"] = target_positions(batch["tgt_out"].cpu())
-            self._batch_ids = batch.get("ids")
-        return batch
-
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         """The batch's mean loss per target token (the summed loss, under ``loss_normalization:
         update``). Nothing here waits for the device: the token count is the length of the
-        host-made ``tgt_positions``."""
+        host-made ``tgt_positions`` (``data.batching.collate_columns``; a batch without them is
+        counted on the device, and its loss finds its positions there)."""
         loss_sum, n_tokens = self.loss(batch, self.hparams.label_smoothing)
         positions = batch.get("tgt_positions")
         tokens = int(n_tokens.sum()) if positions is None else positions.numel()
@@ -297,6 +289,7 @@ class TranslationModule(L.LightningModule):
         self.log("train/loss", loss, prog_bar=True, batch_size=tokens)
         self.log("train/lr", host_value(self.optimizers().param_groups[0]["lr"]), prog_bar=True)
         self._tokens_in_step = tokens
+        self._batch_ids = batch.get("ids")  # read for a message only, when an update was skipped
         if self.hparams.loss_normalization == "update":
             # Summed: the update's gradient is divided by its tokens once they are all counted
             # (optimizer_step), so that every target token of the update weighs the same.

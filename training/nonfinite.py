@@ -65,8 +65,9 @@ class UpdatePlace:
 
     Attributes:
         step: the update's step, from 1; epoch: its epoch; batch_idx: its (last) batch's index in
-        the epoch; batch_ids: [batch] that batch's example ids on the host, or None (filler rows,
-        id -1, of ``data.length_buckets`` are left out of the message).
+        the epoch; batch_ids: [batch] that batch's example ids, or None; read (from the device,
+        waiting for it) only when a message is written, and filler rows (id -1, of
+        ``data.length_buckets``) left out.
     """
 
     step: int
