@@ -439,7 +439,7 @@ class TranslationDataModule(L.LightningDataModule):
         logger.info(
             "train padding fraction at max_tokens=%d: %.4f (%d batch shapes an epoch)",
             self.max_tokens,
-            self.train_padding_fraction(),
+            padding_fraction(plain, *lengths),
             distinct_shapes(plain, *lengths),
         )
         if self.length_buckets is None:

@@ -611,6 +611,7 @@ class TranslationModule(L.LightningModule):
         # Every rank's RNG states (dropout draws differently on each), gathered in rank order: a
         # resumed run continues exactly on every rank. Every rank builds the checkpoint; rank 0 writes it.
         checkpoint["rng"] = {"per_rank": gather_objects([rng_states(self.device)])}
+        self.nonfinite.settle(self._trainer, wait=True)  # pending flags read, under this trainer's rank
         checkpoint["nonfinite"] = self.nonfinite.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
