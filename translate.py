@@ -32,8 +32,10 @@ import torch
 from tqdm import tqdm
 
 from data.lines import LineMode, decode_lines
+from decoding.budget import ACCELERATOR_TOKENS
+from fastpaths.hardware import bf16_capability
+from fastpaths.optimize import optimize
 from fastpaths.packed import bound_kernel_caches
-from transformer.hardware import bf16_capability
 from translation.checkpoint import CheckpointError
 from translation.stream import line_chunks
 from translation.translator import DEFAULT_MAX_TOKENS, Score, SearchOptions, Translation, Translator
@@ -229,11 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument(
         "--max-tokens",
         type=int,
-        default=DEFAULT_MAX_TOKENS,
+        default=None,
         metavar="N",
         help="batch lines sorted by length so that each batch has at most N padded tokens, counting "
         "each source once per hypothesis (sentences x beam size x longest source; greedy counts 1): "
-        "larger is faster and needs more memory; output order is the input order (default: %(default)s)",
+        "larger is faster and needs more memory; output order is the input order (default: "
+        f"{DEFAULT_MAX_TOKENS} on the CPU, {ACCELERATOR_TOKENS} on a GPU)",
     )
     io.add_argument(
         "--target-lang",
@@ -319,7 +322,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     split_checkpoints(args, argv)
     for name in ("beam_size", "nbest", "max_tokens", "attention_max_sentences"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     for name in ("min_length", "no_repeat_ngram", "topk"):
         if getattr(args, name) < 0:
@@ -542,6 +545,10 @@ def run(args: argparse.Namespace) -> None:
         raise UsageError(str(err)) from None
     if args.workers > 1 and translator.device.type != "cpu":
         raise UsageError(f"--workers {args.workers} runs CPU processes; drop it or use --device cpu")
+    # The device's fast paths, applied here, where the program starts (fastpaths/optimize.py).
+    fast_paths = optimize(translator.model, translator.device, "inference")
+    translator.use(fast_paths)
+    logger.debug("%s", fast_paths.describe())
     logger.info(
         "loaded %s: %s -> %s, %d parameters, on %s in %s",
         " + ".join(args.checkpoint),
@@ -661,7 +668,7 @@ def score_input(args: argparse.Namespace, translator: Translator) -> None:
             scores = translator.score_ids(
                 translator.encode_sources(lines, name, first),
                 translator.encode_targets(given, args.score_references, first),
-                args.max_tokens,
+                args.max_tokens or DEFAULT_MAX_TOKENS,
                 progress=bar.update,
             )
             write_lines(score_rows(scores), out)

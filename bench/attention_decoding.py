@@ -84,12 +84,14 @@ def run_steps(layer, steps: int, d_model: int, times: list | None = None, sizes:
     import torch
     import torch.nn.functional as F
 
+    from decoding.state import new_state
+
     torch.manual_seed(1)
     with torch.inference_mode():
-        state = layer.mechanism.new_state(steps)
+        state = new_state(layer.mechanism, steps)
         x = torch.randn(1, 1, d_model)
         for _ in range(steps):
-            seconds, (out, _) = timed(lambda x=x: layer.self_attention(x, causal=True, cache=state))
+            seconds, (out, _) = timed(lambda x=x: layer(x, state=state))
             x = F.layer_norm(out, (d_model,))
             if times is not None:
                 times.append(seconds)
@@ -101,14 +103,11 @@ def decode(name: str, steps: int, d_model: int, heads: int, memory: bool = True)
     import torch
 
     from bench.storage_meter import StorageMeter
-    from transformer.attention import MultiHeadAttention
-    from transformer.mechanisms import AttentionConfig, build_mechanism
+    from transformer.mechanisms import AttentionConfig, build_attention
 
     torch.manual_seed(0)
     cfg = AttentionConfig(decoder_self=name)
-    layer = MultiHeadAttention(
-        d_model, heads, mechanism=build_mechanism("decoder_self", cfg, d_model // heads, 0.0)
-    ).eval()
+    layer = build_attention("decoder_self", cfg, d_model, heads, 0.0).eval()
     times, state_sizes = [], []
     run_steps(layer, steps, d_model, times, state_sizes)
     peak = float("nan")

@@ -114,7 +114,7 @@ def build(spec: dict, impl: str) -> tuple[nn.Module, list[Tensor], Callable[[], 
     if scope == "layer":
         inputs = [torch.randn(1, n, d_model, requires_grad=True)]
         if impl == "ours":
-            return module, inputs, lambda: module.self_attention(inputs[0], causal=causal)[0]
+            return module, inputs, lambda: module(inputs[0])[0]
         return module, inputs, lambda: module(inputs[0])
     inputs = [torch.randn(1, heads, n, d_head, requires_grad=True) for _ in range(3)]
     if impl == "ours":

@@ -96,6 +96,7 @@ def run_child(spec: dict) -> dict:
 
     from transformer.attention import MultiHeadAttention
     from transformer.mechanisms import REFUSED, AttentionConfig, build_mechanism
+    from transformer.registry import MECHANISMS
 
     set_threads(spec["threads"])
     torch.manual_seed(0)
@@ -111,12 +112,13 @@ def run_child(spec: dict) -> dict:
         cfg = AttentionConfig(**{role: name}, max_length=max(n, AttentionConfig.max_length))
         mechanism = build_mechanism(role, cfg, d_head, 0.0)
     if spec["scope"] == "layer":
-        module = MultiHeadAttention(d_model, heads, mechanism=mechanism)
+        layer = MECHANISMS[name].layer if name in MECHANISMS else None  # LSH's, Linformer's own
+        module = (layer or MultiHeadAttention)(d_model, heads, 0.0, mechanism, causal=causal)
         x = torch.randn(1, n, d_model, requires_grad=True)
         inputs = [x]
 
         def call():
-            return module.self_attention(x, causal=causal)[0]
+            return module(x)[0]
 
     else:
         module = mechanism
@@ -269,11 +271,11 @@ def main() -> None:
         print(json.dumps(run_child(json.loads(args.child))), flush=True)
         return
 
-    from transformer.hardware import native_bf16
+    from fastpaths.hardware import native_bf16
 
     precisions = args.precisions or (["fp32", "bf16"] if native_bf16() else ["fp32"])
     if "bf16" in precisions and not native_bf16() and not args.force_bf16:
-        print("bf16 left out: this CPU emulates it (transformer.hardware.native_bf16); --force-bf16 runs it")
+        print("bf16 left out: this CPU emulates it (fastpaths.hardware.native_bf16); --force-bf16 runs it")
         precisions = [p for p in precisions if p != "bf16"]
     lengths = sorted(args.lengths)
     config = {

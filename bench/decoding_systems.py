@@ -20,9 +20,9 @@ from torch.utils.flop_counter import FlopCounterMode, flop_registry, register_fl
 
 from bench.ct2_worker import CT2Worker
 from bench.uncached import Recomputing
+from decoding.search import beam_search, greedy_search
 from fastpaths.cpu import for_cpu_inference
 from transformer import Transformer
-from transformer.search import beam_search, greedy_search
 from translation.export.huggingface import to_marian
 from translation.workers import WorkerPool
 

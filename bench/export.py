@@ -60,9 +60,10 @@ from bench.harness import (  # noqa: E402
 )
 from common.metrics import corpus_scores  # noqa: E402
 from data.batching import longest_first_batches  # noqa: E402
-from transformer.search import DecodingConfig  # noqa: E402
+from decoding.budget import hypothesis_widths  # noqa: E402
+from decoding.config import SearchSettings  # noqa: E402
 from translation import SearchOptions, Translator  # noqa: E402
-from translation.translator import DEFAULT_MAX_TOKENS, hypothesis_widths  # noqa: E402
+from translation.translator import DEFAULT_MAX_TOKENS  # noqa: E402
 
 BEAM = 5
 ALPHA = 0.6
@@ -70,7 +71,7 @@ ALPHA = 0.6
 
 def limit(n_subwords: int) -> int:
     """Our longest output for a source of ``n_subwords`` (+ EOS), translate.py's defaults."""
-    defaults = DecodingConfig()
+    defaults = SearchSettings()
     return math.floor(defaults.max_len_a * (n_subwords + 1) + defaults.max_len_b)
 
 
@@ -226,7 +227,7 @@ def main() -> None:
         print(f"  {name}: " + ", ".join(f"{k} {v} of {n} identical" for k, v in counts.items()), flush=True)
 
     print(f"beam {BEAM}, {args.reps} interleaved repetitions:", flush=True)
-    widths = hypothesis_widths([len(s) for s in sources], SearchOptions(beam_size=BEAM))
+    widths = hypothesis_widths([len(s) for s in sources], BEAM)
     batches = longest_first_batches(widths, DEFAULT_MAX_TOKENS)  # translate.py's batches
     ct2 = {name: CT2Beam(dirs[name], args.threads) for name in ("CT2 fp32", "CT2 int8")}
     systems = {

@@ -44,8 +44,9 @@ from bench.harness import (  # noqa: E402
 )
 from common.metrics import corpus_scores  # noqa: E402
 from data.batching import longest_first_batches  # noqa: E402
-from translation import SearchOptions, Translator  # noqa: E402
-from translation.translator import DEFAULT_MAX_TOKENS, hypothesis_widths  # noqa: E402
+from decoding.budget import hypothesis_widths  # noqa: E402
+from translation import Translator  # noqa: E402
+from translation.translator import DEFAULT_MAX_TOKENS  # noqa: E402
 
 
 class HFBeam:
@@ -110,7 +111,7 @@ def main() -> None:
     hf_dir = run_export(checkpoint, Path(tempfile.mkdtemp(prefix="gpu_decode_")) / "hf", "huggingface")
     ours = Translator.from_checkpoint(checkpoint, device=device)
     lengths = [len(s) for s in ours.encode_sources(texts)]
-    widths = hypothesis_widths(lengths, SearchOptions(beam_size=BEAM))
+    widths = hypothesis_widths(lengths, BEAM)
     batches = longest_first_batches(widths, args.max_tokens)
     hf = HFBeam(hf_dir, device)
     systems = {

@@ -20,7 +20,7 @@ batch through every configuration, the order rotated each round):
 
 ``--configs`` leaves configurations out (a compile costs minutes of a short GPU lease);
 ``--loss-block-rows N`` adds ours eager with the loss's logits N rows at a time, against the
-device's default (``training.loss.default_block_rows``); ``--profile FILE`` takes one step of each
+device's default (``fastpaths.loss.default_block_rows``); ``--profile FILE`` takes one step of each
 configuration under ``torch.profiler`` after the timed rounds: the operators' table goes to FILE
 (on a CPU with inductor's generated kernels as rows of their own), the device's busy time over the
 step's wall time and the host's kernel launches to the JSON. The process makes train.py's
@@ -96,8 +96,9 @@ from bench.train_speed import (  # noqa: E402
 )
 from data.batching import PairColumns, TokenBucketBatchSampler, collate_columns  # noqa: E402
 from data.length_buckets import LengthBuckets  # noqa: E402
+from fastpaths.hardware import bf16_capability  # noqa: E402
+from fastpaths.optimize import optimize  # noqa: E402
 from training.module import FUSED_ADAM_DEVICES  # noqa: E402
-from transformer.hardware import bf16_capability  # noqa: E402
 
 CONFIGS = ("ours-eager", "ours-compiled", "torch-eager", "torch-compiled")
 H100_BF16_DENSE_TFLOPS = 989.0  # H100 SXM5 (and H200) dense bf16 tensor-core peak, NVIDIA's data sheet
@@ -203,7 +204,9 @@ class Runner:
         self.bf16 = args.precision == "bf16"
         fused = self.device.type in FUSED_ADAM_DEVICES  # as training's optimizer.fused: null
         self.opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=fused)
-        self.losses = losses_of(name)  # ours: training's own token_losses
+        if name == "ours":  # the device's module swaps, as train.py applies them
+            optimize(self.model, self.device, "train")
+        self.losses = losses_of(name, self.device.type, compiled, block_rows)  # ours: training's own
         if compiled:
             mode = {} if args.compile_mode is None else {"mode": args.compile_mode}
             self.losses = torch.compile(self.losses, backend=args.compile_backend, **mode)
@@ -239,7 +242,7 @@ class Runner:
         start = time.perf_counter()
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             # Ours as training runs it: the block loss takes the host's target positions (no wait).
-            extra = {} if self.name != "ours" else {"block_rows": self.block_rows}
+            extra = {}
             if self.name == "ours":
                 extra["positions"] = batch["tgt_positions"].to(self.device, non_blocking=True)
             loss = self.losses(self.model, src, tgt_in, tgt_out, PAD, 0.1, **extra).sum() / batch["tokens"]

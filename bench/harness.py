@@ -95,7 +95,7 @@ def environment(threads: int) -> dict:
     """The machine and software a figure was measured on."""
     import torch
 
-    from transformer.hardware import native_bf16
+    from fastpaths.hardware import native_bf16
 
     return {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),

@@ -53,9 +53,9 @@ def main() -> None:
     import torch
 
     from bench.storage_meter import StorageMeter
-    from training.loss import projected_cross_entropy
+    from fastpaths.hardware import native_bf16
+    from fastpaths.loss import projected_cross_entropy
     from transformer import Transformer, TransformerConfig
-    from transformer.hardware import native_bf16
 
     set_threads(args.threads)
     bf16 = native_bf16()

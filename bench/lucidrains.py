@@ -3,7 +3,7 @@ ours against (issue 23, item 2).
 
 Their packages, ``performer-pytorch``, ``linformer``, ``nystrom-attention``, ``local-attention``
 and ``reformer-pytorch``, come from the ``bench`` extra and are never a runtime dependency.
-Each pair is our mechanism (alone: :func:`our_mechanism`, or in ``MultiHeadAttention``:
+Each pair is our mechanism (alone: :func:`our_mechanism`, or in its attention layer:
 :func:`our_layer`) and theirs (its core, where their package exposes one apart from the layer:
 :func:`reference_core`, or its whole layer: :func:`reference_layer`).
 
@@ -72,28 +72,35 @@ def missing_packages(pairs: list[str] | tuple[str, ...] = PAIRS) -> list[str]:
     return [PACKAGES[p][0] for p in pairs if importlib.util.find_spec(PACKAGES[p][1]) is None]
 
 
-def our_mechanism(pair: str, cfg: AttentionConfig, d_head: int, causal: bool, length: int) -> nn.Module:
-    """Our mechanism ``pair`` with ``cfg``'s settings (linformer's ``max_length`` raised to ``length``)."""
+def _our_config(pair: str, cfg: AttentionConfig, causal: bool, length: int) -> tuple[str, AttentionConfig]:
+    """The role and ``cfg`` with ``pair`` in it (linformer's ``max_length`` raised to ``length``)."""
     from dataclasses import replace
-
-    from transformer.mechanisms import build_mechanism
 
     role = ROLES["decoder" if causal else "encoder"]
     cfg = replace(cfg, **{role: pair}, max_length=max(length, cfg.max_length))
     if pair == "lsh":  # reformer's scheme: n / chunk buckets; a chunk and the one before (encoder)
         window = "sliding" if causal else "chunks"
         cfg = replace(cfg, buckets=max(1, length // cfg.chunk_length), lsh_window=window)
+    return role, cfg
+
+
+def our_mechanism(pair: str, cfg: AttentionConfig, d_head: int, causal: bool, length: int) -> nn.Module:
+    """Our mechanism ``pair`` with ``cfg``'s settings (linformer's ``max_length`` raised to ``length``)."""
+    from transformer.mechanisms import build_mechanism
+
+    role, cfg = _our_config(pair, cfg, causal, length)
     return build_mechanism(role, cfg, d_head, 0.0)
 
 
 def our_layer(
     pair: str, cfg: AttentionConfig, d_model: int, heads: int, causal: bool, length: int
 ) -> nn.Module:
-    """``MultiHeadAttention`` around our mechanism ``pair``: ``layer.self_attention(x, causal=causal)``."""
-    from transformer.attention import MultiHeadAttention
+    """Our self-attention layer of ``pair`` (``MultiHeadAttention``, or the mechanism's own layer),
+    causal or not: ``layer(x)``."""
+    from transformer.mechanisms import build_attention
 
-    mechanism = our_mechanism(pair, cfg, d_model // heads, causal, length)
-    return MultiHeadAttention(d_model, heads, mechanism=mechanism)
+    role, cfg = _our_config(pair, cfg, causal, length)
+    return build_attention(role, cfg, d_model, heads, 0.0)
 
 
 def check_length(pair: str, cfg: AttentionConfig, length: int) -> None:

@@ -38,6 +38,7 @@ forward + backward = 3x forward; the same formula for both models).
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import multiprocessing as mp
 import random
@@ -69,12 +70,13 @@ from bench.harness import (  # noqa: E402
     write_json,
 )
 from data.batching import token_budget_batches  # noqa: E402
-from fastpaths.cpu import for_cpu_training  # noqa: E402
-from training.loss import BLOCK_ROWS  # noqa: E402
+from fastpaths.hardware import native_bf16  # noqa: E402
+from fastpaths.loss import BLOCK_ROWS  # noqa: E402
+from fastpaths.optimize import optimize  # noqa: E402
+from training.loss import cross_entropy  # noqa: E402
 from training.module import token_losses  # noqa: E402
 from transformer import Transformer, TransformerConfig  # noqa: E402
 from transformer.embeddings import sinusoidal_table  # noqa: E402
-from transformer.hardware import native_bf16  # noqa: E402
 
 PAD, BOS, EOS = 0, 2, 3
 
@@ -144,7 +146,9 @@ def build_ours(s: Sizes) -> Transformer:
         share_embeddings=True,
         tie_output=True,
     )
-    return for_cpu_training(Transformer(cfg))  # the CPU module swaps the trainer applies
+    model = Transformer(cfg)
+    optimize(model, "cpu", "train")  # the CPU module swaps the trainer applies
+    return model
 
 
 # ----------------------------------------------------------------------------- batches
@@ -299,10 +303,21 @@ def logits_losses(
     ).view_as(tgt_out)
 
 
-def losses_of(name: str):  # noqa: ANN201
+def losses_of(name: str, device: str = "cpu", compiled: bool = False, block_rows: int | None = None):  # noqa: ANN201
     """The forward-and-loss function of a model by name: ours is training's own
-    (``training.module.token_losses``: the block loss), the torch one ``logits_losses``."""
-    return token_losses if name == "ours" else logits_losses
+    (``training.module.token_losses`` with the loss ``fastpaths.optimize`` gives ``device``, eager
+    or ``compiled``: the block loss, of ``block_rows`` rows if given), the torch one ``logits_losses``."""
+    if name != "ours":
+        return logits_losses
+    paths = optimize(nn.Module(), device, "train")
+    loss = (paths.compiled_loss if compiled else paths.loss) or cross_entropy
+    if block_rows is not None:
+        loss = functools.partial(loss, block_rows=block_rows)
+
+    def ours(model, src, tgt_in, tgt_out, pad_id, label_smoothing, positions=None):  # noqa: ANN001, ANN202
+        return token_losses(model, src, tgt_in, tgt_out, pad_id, label_smoothing, loss, positions=positions)
+
+    return ours
 
 
 class Runner:

@@ -1,10 +1,10 @@
 """The search without caches: the baseline that cached decoding is measured and tested against.
 
-``Recomputing(model)`` offers what ``greedy_search`` and ``beam_search`` call on a model
-(``cfg``, ``encode``, ``start_decoding``, ``decode_step``, ``logits``) but keeps only the token prefix between
-steps: every step runs the decoder, and projects the cross-attention K/V, on the whole prefix
-again, and computes the logits of the last position only (all a search step needs). The search
-code is the same for both, so any difference in outputs is the caches'.
+``Recomputing(model)`` is what the searches step (``decoding.state.Stepwise``: ``cfg``, ``start``,
+``step``, ``logits``), as ``decoding.state.CachedDecoder`` is for the model with its caches, but
+keeps only the token prefix between steps: every step runs the decoder, and projects the
+cross-attention K/V, on the whole prefix again, and computes the last position only (all a search
+step needs). The search code is the same for both, so any difference in outputs is the caches'.
 
 Used by ``bench/decode_speed.py`` (cached vs uncached speed and FLOPs) and by the tests of
 cache equivalence; it is not part of the product.
@@ -15,11 +15,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from decoding.state import SharedSource
 from transformer import Transformer
 
 
 class RecomputeState:
-    """Stand-in for ``DecoderState``: the tokens fed so far and the encoder output.
+    """Stand-in for ``decoding.state.DecoderState``: the tokens fed so far and the encoder output.
 
     Attributes:
         memory: [n_src, src_len, d_model] encoder output of the live sources.
@@ -49,22 +50,20 @@ class Recomputing(nn.Module):
         self.model = model
         self.cfg = model.cfg
 
-    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
-        """src: [n_src, src_len] -> memory [n_src, src_len, d_model], mask [n_src, 1, 1, src_len]."""
-        return self.model.encode(src)
+    def start(self, src: Tensor, max_steps: int = 64) -> RecomputeState:
+        """The state before the first step: the encoder output (nothing is pre-allocated)."""
+        return RecomputeState(*self.model.encode(src))
 
-    def start_decoding(self, memory: Tensor, src_mask: Tensor, max_steps: int = 64) -> RecomputeState:
-        """The state before the first step (``max_steps`` is not needed: nothing is pre-allocated)."""
-        return RecomputeState(memory, src_mask)
-
-    def decode_step(self, tokens: Tensor, state: RecomputeState, project: bool = True) -> Tensor:
-        """tokens: [rows] -> next-token logits [rows, tgt_vocab], recomputed from the whole prefix
-        (the decoder output [rows, d_model] instead if not ``project``, as ``Transformer.decode_step``)."""
+    def step(self, tokens: Tensor, state: RecomputeState) -> Tensor:
+        """tokens: [rows] -> the decoder output at them [rows, d_model], recomputed from the whole
+        prefix (as ``CachedDecoder.step`` computes it from its caches)."""
         new = tokens[:, None]  # (rows, 1)
         state.prefix = new if state.prefix is None else torch.cat([state.prefix, new], dim=1)
-        cross_kv = self.model.project_memory(state.memory, state.src_mask)
-        y = self.model.decode(state.prefix, cross_kv, state.src_mask, last_only=True, project=False)[0][:, 0]
-        return self.model.logits(y) if project else y
+        # Each sentence's hypotheses read one copy of its source, as the cached search's do.
+        sources = [SharedSource.of(s) for s in self.model.sources(state.memory, state.src_mask)]
+        return self.model.decode(state.prefix, sources, state.src_mask, last_only=True, project=False)[0][
+            :, 0
+        ]
 
     def logits(self, y: Tensor) -> Tensor:
         """The model's output projection: [..., d_model] -> [..., tgt_vocab]."""

@@ -1,25 +1,22 @@
 """Speed-ups for one kind of hardware, applied to the plain model from outside it.
 
 The model (``transformer/``) reads like the paper: ``nn.Linear``, ``nn.Dropout``, SDPA or the
-written-out softmax, and training's reference loss is ``F.cross_entropy`` over its logits. Each
-speed-up here was measured to pay for the CPU's small shapes (BENCHMARKS.md, "Decoding speed",
-"Training speed and memory", "Found while profiling, and what became of it") and is applied in
-one of three ways, as IPEX's ``optimize(model)`` and ``torch.ao``'s module swaps are:
+written-out softmax; training's loss is ``F.cross_entropy`` over its logits; a search step's
+scores are ``log_softmax(-1).topk(n)``. Each speed-up here was measured to pay on the device it
+is applied to, and :func:`fastpaths.optimize.optimize` applies them, in one call made where a
+program starts (``train.py``'s pipeline, ``translate.py``), as IPEX's ``optimize(model)`` and
+``torch.ao``'s module swaps are applied; its docstring has the table of every swap (what, where,
+when, why, the figure). Hardware detection lives here too (``hardware.py``).
 
-* :func:`fastpaths.cpu.for_cpu_inference` swaps modules of a plain model for ones that compute the
-  same on the CPU faster: packed weights (``packed.py``), written-out attention with a short-row
-  softmax (``attention.py``). ``Translator``, the evaluation stages and the exporters' checks
-  apply it;
-* :func:`fastpaths.cpu.for_cpu_training` adds the CPU's dropout masks (``dropout.py``); the
-  trainer applies it to the model it trains (which also validates: the inference swaps too);
-* components that the trainer and the search choose by device: the block loss (``loss.py``),
-  the block top-k and in-place normaliser of a search step (``search.py``), the allocator and
-  kernel-cache settings of a process (``allocators.py``).
+* module swaps: ``cpu.py`` (packed weights, ``packed.py``; written-out attention,
+  ``attention.py``; dropout masks, ``dropout.py``);
+* components the trainer and the search take: the block loss (``loss.py``), the search step's
+  block top-k and in-place normaliser (``search.py``), decoding's attention backends on CUDA;
+* a process's allocator and kernel-cache settings (``allocators.py``).
 
-A top-level package, not a part of ``transformer/``: the model never imports it, and it serves
-both programs (``train.py`` and ``translate.py``) and the training loss. The plain model is the
-contract: every swap's test is that the outputs equal the plain model's
-(``tests/fastpaths/``), and the model's property tests run on both.
+The plain model is the contract: every swap's test is that the outputs equal the plain path's
+(``tests/fastpaths/``), and the model's property tests run on both. The model and the decoding
+package never import this package.
 
 This module imports nothing (not torch): ``train.py`` reads ``fastpaths.allocators`` before
 ``import torch``.

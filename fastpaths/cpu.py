@@ -1,8 +1,8 @@
 """The CPU's module swaps: a plain model in, the same model computing the same, faster, out.
 
-:func:`for_cpu_inference` swaps, in place (as ``torch.ao``'s ``swap_module`` and IPEX's
-``optimize`` do), and keeping every parameter (the ``state_dict`` keys and tied weights are the
-plain model's):
+``optimize.optimize`` applies them for the CPU. :func:`for_cpu_inference` swaps, in place (as
+``torch.ao``'s ``swap_module`` and IPEX's ``optimize`` do), and keeping every parameter (the
+``state_dict`` keys and tied weights are the plain model's):
 
 ==================================== ============================================ ===============
 plain module                         swapped for                                  why

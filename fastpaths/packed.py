@@ -8,7 +8,7 @@ packed weights the decoder's matmuls of a greedy step take a fraction of ``F.lin
 operators (the ones ``torch.compile`` uses for frozen CPU models) and used when autograd is off
 and the input is on the CPU, float32 or bfloat16 (or autocast to bfloat16), with oneDNN
 available; otherwise :class:`PackedLinear` is ``nn.Linear``. On a CPU without native bf16
-(:func:`transformer.hardware.native_bf16`: AVX2-only x86 such as AMD Zen 3, where oneDNN refuses to
+(:func:`fastpaths.hardware.native_bf16`: AVX2-only x86 such as AMD Zen 3, where oneDNN refuses to
 pack bf16 weights), bf16 is packed and multiplied in fp32 and the result rounded to bf16: bf16
 values are exact in fp32, and the native kernel accumulates in fp32 too.
 
@@ -38,8 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fastpaths import hardware
 from fastpaths.allocators import KERNEL_CACHE, KERNEL_CACHE_SETTINGS
-from transformer import hardware
 from transformer.attention import InProjection
 
 # Cache settings the environment may already hold and that still count as bounded.

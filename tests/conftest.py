@@ -16,7 +16,7 @@ import os
 import pytest
 import torch
 
-from transformer import hardware
+from fastpaths import hardware
 
 EXPECT_CAPABILITY = "NMT_EXPECT_CPU_CAPABILITY"
 # Capabilities without bf16 arithmetic: where PyTorch reports one, bf16 can only be emulated.

@@ -26,7 +26,7 @@ from transformer.mechanisms import AttentionConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs").glob("*.md"))]
-PACKAGES = ("transformer", "fastpaths", "data", "common", "training", "translation")
+PACKAGES = ("transformer", "decoding", "fastpaths", "data", "common", "training", "translation")
 SHELL_FENCES = {"", "bash", "sh", "shell", "console"}
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
+from fastpaths import hardware
 from tests.toy_text import tiny_run_overrides, write_toy_corpus
-from transformer import hardware
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,7 +22,16 @@ def test_no_local_corpus_and_no_hub_is_one_message_without_traceback(tmp_path: P
     # A copy of the program, so that its ../shared/data/multi30k truly does not exist (the path is
     # computed from the package location); HF_HUB_OFFLINE and an empty cache stand for no network.
     project = tmp_path / "checkout" / "nmt-transformer"
-    for name in ("train.py", "conf", "data", "training", "transformer", "fastpaths", "translation"):
+    for name in (
+        "train.py",
+        "conf",
+        "data",
+        "training",
+        "transformer",
+        "decoding",
+        "fastpaths",
+        "translation",
+    ):
         if (ROOT / name).is_dir():
             shutil.copytree(ROOT / name, project / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:

@@ -23,9 +23,11 @@ import torch.nn.functional as F
 import translate
 from bench.uncached import Recomputing
 from common.checkpoint_fields import inference_fields
+from decoding.budget import ACCELERATOR_TOKENS
+from fastpaths import hardware
 from fastpaths.packed import PackedLinear
 from tests.toy_text import LEXICON, toy_pairs, train_word_spm, translate_words
-from transformer import Transformer, TransformerConfig, hardware
+from transformer import Transformer, TransformerConfig
 from translation.checkpoint import write_checkpoint
 from translation.translator import DEFAULT_MAX_TOKENS, SearchOptions, Translator
 
@@ -476,10 +478,12 @@ def test_search_defaults_are_the_search_options_and_help_shows_them(capsys: pyte
         nbest=args.nbest,
         greedy=args.greedy,
     )
-    assert parsed == defaults and args.max_tokens == DEFAULT_MAX_TOKENS
+    assert parsed == defaults
+    assert args.max_tokens is None  # the device's budget (decoding.budget)
     with pytest.raises(SystemExit):
         translate.main(["--help"])
     shown = " ".join(capsys.readouterr().out.split())  # argparse wraps the help text
+    assert f"(default: {DEFAULT_MAX_TOKENS} on the CPU, {ACCELERATOR_TOKENS} on a GPU)" in shown
     for value in (defaults.beam_size, defaults.nbest, defaults.alpha, defaults.max_len_a, defaults.max_len_b):
         assert f"(default: {value}" in shown
 

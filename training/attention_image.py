@@ -17,7 +17,6 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 
 from common.attention_plot import attention_figure, figure_pixels
-from transformer.search import greedy_search
 
 logger = logging.getLogger(__name__)
 
@@ -57,9 +56,9 @@ class AttentionImage(Callback):
         datamodule = trainer.datamodule
         text = datamodule.source_texts(datamodule.validation_splits[0])[self.index]
         src_ids = datamodule.src_tokenizer.encode([text])[0]
-        model, d = pl_module.model, pl_module.decoding
+        model = pl_module.model
         src = torch.tensor([src_ids + [pl_module.eos_id]], device=pl_module.device)  # (1, S)
-        out = greedy_search(model, src, pl_module.bos_id, pl_module.eos_id, d.max_len_a, d.max_len_b)[0]
+        out = pl_module.searcher.search(src, pl_module.decoding.stage("valid"))[0][0].tokens
         tgt_in = torch.tensor([[pl_module.bos_id] + out], device=pl_module.device)  # (1, T)
         weights = model.cross_attention_weights(src, tgt_in)[-1][0].float().mean(dim=0).cpu()  # (T, S)
         src_labels = datamodule.src_tokenizer.id_to_piece(src_ids + [pl_module.eos_id])

@@ -7,6 +7,12 @@ with ``torch.load(weights_only=True)`` and without Hydra.
 only that: validation and test (loss and search) run the model as it is, and the compiled
 function is not a submodule, so the checkpoint of a compiled run is the same as an eager run's
 (keys ``model.*``, no ``_orig_mod.``) and loads without ``torch.compile``.
+
+The module is device-blind: the program that trains applies the device's fast paths
+(``fastpaths.optimize``) and hands their loss and search kernels over (:meth:`TranslationModule.use`).
+Validation and the test stage decode through ``decoding.Searcher``, as ``translate.py`` does: the
+sources of the stage are collected batch by batch and searched at its end, batched longest first
+under the device's budget.
 """
 
 from __future__ import annotations
@@ -24,11 +30,10 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from common.metrics import CorpusScores, corpus_scores
-from data.batching import DECODING_TOKENS
 from data.corpora import valid_split_key
 from data.tokenizer import SPECIAL_IDS
-from fastpaths.cpu import for_cpu_training
-from training.loss import token_cross_entropy
+from decoding import DecodingConfig, Searcher, SearchKernels, SearchSettings
+from training.loss import LossFunction, cross_entropy
 from training.memory import peak_resident_mib, release_free_memory, resident_mib
 from training.nonfinite import NonFiniteGuard, UpdatePlace, nonfinite_flags, total_grad_norm
 from training.optimizer import OPTIMIZERS, build_optimizer, group_weight_decay
@@ -36,7 +41,6 @@ from training.progress import host_value
 from training.schedule import NEEDS_TOTAL, SCHEDULES, schedule_factor
 from training.selection import metric_prefix
 from transformer import Transformer, TransformerConfig
-from transformer.search import DecodingConfig, beam_search, greedy_search
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +67,8 @@ DEFAULT_OPTIMIZER = {
 
 
 @dataclass(frozen=True)
-class EvalDecoding(DecodingConfig):
-    """The test stage's decoding (:class:`~transformer.search.DecodingConfig`) and validation's beam.
+class EvalDecoding(SearchSettings):
+    """The test stage's decoding (:class:`~decoding.config.SearchSettings`) and validation's beam.
 
     Attributes:
         valid_beam_size: beam size of the validation BLEU each epoch, with the test stage's
@@ -77,6 +81,12 @@ class EvalDecoding(DecodingConfig):
         super().__post_init__()
         if self.valid_beam_size < 1:
             raise ValueError(f"valid_beam_size must be at least 1, not {self.valid_beam_size}")
+
+    def stage(self, split: str) -> DecodingConfig:
+        """The search of a stage: validation's (``valid_beam_size``; 1 greedy) or the test's."""
+        beam = self.beam_size if split == "test" else self.valid_beam_size
+        settings = {f.name: getattr(self, f.name) for f in fields(SearchSettings)}
+        return DecodingConfig(**{**settings, "beam_size": beam}, greedy=beam == 1)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> EvalDecoding:
@@ -122,13 +132,12 @@ def token_losses(
     tgt_out: Tensor,
     pad_id: int,
     label_smoothing: float,
-    block_rows: int | None = None,
+    loss_function: LossFunction = cross_entropy,
     positions: Tensor | None = None,
 ) -> Tensor:
     """Label-smoothed cross-entropy of every target token, zero at padding.
 
-    The forward pass and the loss in one function: what ``compile`` compiles (the model, and the
-    loss in the form inductor fuses: ``training.loss.token_cross_entropy``).
+    The forward pass and the loss in one function: what ``compile`` compiles.
 
     Args:
         model: a ``Transformer``: ``model(src, tgt_in, project=False)`` is the decoder output
@@ -137,7 +146,8 @@ def token_losses(
         tgt_out: [batch, tgt_len] target ids + EOS, right-padded with ``pad_id``.
         pad_id: the padding id (ignored positions).
         label_smoothing: epsilon of label smoothing.
-        block_rows: rows of logits at a time (``training.loss``); None: the device's default.
+        loss_function: the output projection and the loss (``training.loss``): the plain
+            ``F.cross_entropy`` of the logits, or a faster equal from ``fastpaths.optimize``.
         positions: [N] flat positions of ``tgt_out``'s real tokens, known on the host
             (``data.batching.collate_columns``' ``tgt_positions``); None: found on the device.
 
@@ -145,11 +155,9 @@ def token_losses(
         [batch, tgt_len] losses, 0 at padding.
     """
     hidden = model(src, tgt_in, project=False)  # (B, T, d_model)
-    # The output projection and the loss, eager a block of rows at a time: no (B, T, V) logits are
-    # kept (training/loss.py).
     output = model.output
-    return token_cross_entropy(
-        hidden, output.weight, output.bias, tgt_out, pad_id, label_smoothing, block_rows, positions
+    return loss_function(
+        hidden, output.weight, output.bias, tgt_out, pad_id, label_smoothing, positions=positions
     )  # (B, T)
 
 
@@ -235,23 +243,32 @@ class TranslationModule(L.LightningModule):
                 "tgt_lang": tgt_lang,
             }
         )
-        # The CPU's module swaps (fastpaths.cpu): dropout masks while training, packed weights
-        # in validation and test decoding (autograd off); elsewhere they are the plain modules.
-        self.model = for_cpu_training(
-            Transformer(TransformerConfig.from_dict({**model, "pad_id": special_ids["pad_id"]}))
-        )
+        # The plain model; a program applies its device's fast paths to it (fastpaths.optimize, use()).
+        self.model = Transformer(TransformerConfig.from_dict({**model, "pad_id": special_ids["pad_id"]}))
         self.pad_id, self.bos_id, self.eos_id = (special_ids[k] for k in ("pad_id", "bos_id", "eos_id"))
+        self.loss_function: LossFunction = cross_entropy  # eager; the plain loss unless use() says
+        self.compiled_loss_function: LossFunction = cross_entropy  # the same inside torch.compile
+        self.search_kernels = SearchKernels()  # the plain search unless use() says
+        self.decoding_budget: int | None = None  # tokens a decoding batch holds; None: the device's
         self.output_dir: str | None = None  # where the test stage writes its translations
         self.test_scores: CorpusScores | None = None
-        # Per split evaluated (each validation set's, or "test"), this rank's (example id, summed
-        # NLL, target tokens, output ids).
-        self._eval_records: dict[str, list[tuple[int, float, int, list[int]]]] = {}
+        # Per split evaluated (each validation set's, or "test"), this rank's batches: the host's
+        # (example id, source ids) rows, and each sentence's summed NLL and target tokens on the device.
+        self._eval_records: dict[str, list[tuple[list[tuple[int, list[int]]], Tensor, Tensor]]] = {}
         self._last_batch_end: float | None = None
         self.compile_options = compile_options(compile)
         self._compiled_losses = None  # torch.compile(token_losses), made on first training use
         self.nonfinite = NonFiniteGuard(max_nonfinite_in_a_row)
         self._batch_ids: Tensor | None = None  # the last training batch's example ids, for messages
         self._update_tokens = 0  # target tokens of this rank's batches since the last update
+
+    def use(self, paths: Any) -> None:
+        """Takes the loss and search kernels that ``fastpaths.optimize`` chose for the device
+        (a ``FastPaths``; its ``None`` fields keep the plain ones). The model's module swaps were
+        made by that call."""
+        self.loss_function = paths.loss or cross_entropy
+        self.compiled_loss_function = paths.compiled_loss or cross_entropy
+        self.search_kernels = paths.search
 
     # ------------------------------------------------------------------ training
 
@@ -260,11 +277,11 @@ class TranslationModule(L.LightningModule):
 
         Compiled (with ``compile``) only while training with autograd on; evaluation runs eager.
         """
-        losses = token_losses
+        losses, loss_function = token_losses, self.loss_function
         if self.compile_options is not None and self.training and torch.is_grad_enabled():
             if self._compiled_losses is None:
                 self._compiled_losses = torch.compile(token_losses, **self.compile_options)
-            losses = self._compiled_losses
+            losses, loss_function = self._compiled_losses, self.compiled_loss_function
         target = batch["tgt_out"]
         token_loss = losses(
             self.model,
@@ -273,6 +290,7 @@ class TranslationModule(L.LightningModule):
             target,
             self.pad_id,
             label_smoothing,
+            loss_function,
             positions=batch.get("tgt_positions"),
         )
         return token_loss.sum(dim=1), (target != self.pad_id).sum(dim=1)
@@ -470,36 +488,35 @@ class TranslationModule(L.LightningModule):
 
     # --------------------------------------------------------- validation / test
 
-    def _decode(self, src: Tensor, beam_size: int) -> list[list[int]]:
-        """The search's outputs for ``src`` [batch, src_len], in pieces of at most
-        ``DECODING_TOKENS`` hypothesis tokens (rows * beam * src_len): an evaluation batch is
-        sized for the loss (``data.eval_max_tokens``), and a beam search over all of it holds
-        beam_size times its rows of decoder state (see ``DECODING_TOKENS``)."""
-        rows = max(1, DECODING_TOKENS // (beam_size * src.size(1)))
-        return [
-            out
-            for start in range(0, src.size(0), rows)
-            for out in self._search(src[start : start + rows], beam_size)
-        ]
+    @property
+    def searcher(self) -> Searcher:
+        """The model as ``translate.py`` searches it (``decoding.Searcher``), with this run's kernels."""
+        return Searcher(self.model, self.bos_id, self.eos_id, self.search_kernels)
 
-    def _search(self, src: Tensor, beam_size: int) -> list[list[int]]:
-        d = self.decoding
-        limits = dict(
-            max_len_a=d.max_len_a, max_len_b=d.max_len_b, min_len=d.min_len, no_repeat_ngram=d.no_repeat_ngram
-        )
-        if beam_size <= 1:
-            return greedy_search(self.model, src, self.bos_id, self.eos_id, **limits)
-        hyps = beam_search(
-            self.model, src, self.bos_id, self.eos_id, beam_size=beam_size, alpha=d.alpha, **limits
-        )
-        return [h[0].tokens for h in hyps]
-
-    def _eval_step(self, batch: dict[str, Tensor], beam_size: int, split: str) -> None:
+    def _eval_step(self, batch: dict[str, Tensor], split: str) -> None:
+        """The batch's loss, and its sources kept for the stage's search: one read by the host."""
         nll, n_tokens = self.loss(batch, label_smoothing=0.0)
-        outputs = self._decode(batch["src"], beam_size)
-        records = self._eval_records.setdefault(split, [])
-        for i, id_ in enumerate(batch["ids"].tolist()):
-            records.append((id_, float(nll[i]), int(n_tokens[i]), outputs[i]))
+        src = batch["src"]
+        head = torch.stack([batch["ids"], batch["src_lengths"]], dim=1).to(src.dtype)
+        rows = [(row[0], row[2 : 2 + row[1]]) for row in torch.cat([head, src], dim=1).tolist()]
+        self._eval_records.setdefault(split, []).append((rows, nll, n_tokens))
+
+    def _search(self, split: str) -> list[tuple[int, float, int, list[int]]]:
+        """This rank's sentences of ``split``: (example id, summed NLL, target tokens, output ids),
+        their outputs searched at once, as ``translate.py`` searches (``decoding.Searcher``)."""
+        batches = self._eval_records.pop(split, [])
+        if not batches:
+            return []
+        numbers = torch.cat([torch.stack([b[1].double(), b[2].double()], dim=1) for b in batches])
+        nll, n_tokens = zip(*numbers.tolist(), strict=True)  # one read for the stage
+        # (example id, source ids with EOS) of every real pair (filler rows have id -1).
+        kept = [(r, i) for i, r in enumerate(row for found, _, _ in batches for row in found) if r[0] >= 0]
+        sources = [ids[:-1] if ids and ids[-1] == self.eos_id else ids for (_, ids), _ in kept]
+        found = self.searcher.search_ids(sources, self.decoding.stage(split), self.decoding_budget)
+        return [
+            (id_, nll[i], int(n_tokens[i]), hyps[0].tokens if hyps else [])
+            for ((id_, _), i), hyps in zip(kept, found, strict=True)
+        ]
 
     def on_validation_end(self) -> None:
         # After the epoch's checkpoint (callbacks' hooks run first): what validation held, and the
@@ -515,19 +532,19 @@ class TranslationModule(L.LightningModule):
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         # One loader per validation set, in the data module's order of their splits.
         split = self.trainer.datamodule.validation_splits[dataloader_idx]
-        self._eval_step(batch, self.decoding.valid_beam_size, split)
+        self._eval_step(batch, split)
 
     def on_test_epoch_start(self) -> None:
         self._eval_records = {}
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, self.decoding.beam_size, "test")
+        self._eval_step(batch, "test")
 
     def _score(self, split: str) -> tuple[CorpusScores, float, list[str]]:
         """Gathers every rank's outputs of ``split`` by example id (once each) and scores the whole
         split. Every rank calls it for every split evaluated, in the same order, records or not:
         the gather is collective."""
-        records = self._eval_records.pop(split, [])
+        records = self._search(split)
         by_id = {rec[0]: rec for rec in gather_objects(records)}  # drops sampler repeats
         datamodule = self.trainer.datamodule
         references = datamodule.reference_texts(split)

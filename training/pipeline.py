@@ -27,6 +27,7 @@ from common.checkpoint_fields import inference_fields
 from data.atomic import atomic_write
 from data.corpora import parse_valid_sets
 from data.corpus import PROJECT_ROOT
+from fastpaths.optimize import optimize
 from training.attention_image import AttentionImage
 from training.averaging import average_checkpoints
 from training.budget import TimeBudgetCheck, max_time_seconds
@@ -462,6 +463,11 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
         **plan.trainer_args,
     )
     record.trainer = trainer
+    # The device's fast paths, applied to the plain model here, where the program starts, and
+    # nowhere inside the model or the module (fastpaths/optimize.py has the table).
+    fast_paths = optimize(module.model, trainer.strategy.root_device, "train")
+    module.use(fast_paths)
+    logger.info("%s", fast_paths.describe())
 
     test_ckpt = ckpt_path  # without training, test the given checkpoint
     if cfg.train:

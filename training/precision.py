@@ -5,7 +5,7 @@ Lightning's precisions here, before the Trainer is built:
 
 - CUDA: ``bf16-mixed`` where PyTorch reports native bf16 (Ampere and newer), else ``16-mixed``
   (fp16 autocast with loss scaling: T4, V100, RTX 20xx);
-- CPU: ``bf16-mixed`` where the CPU computes bf16 natively (:func:`transformer.hardware.native_bf16`:
+- CPU: ``bf16-mixed`` where the CPU computes bf16 natively (:func:`fastpaths.hardware.native_bf16`:
   AVX512-BF16, AMX, Arm BF16), else ``32-true``: on AVX2-only CPUs, and on AVX512 Xeons without
   BF16, bf16 is emulated and slower than fp32 (BENCHMARKS.md, "Precision by CPU");
 - anything else (MPS, ...): ``32-true``.
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from transformer.hardware import bf16_capability
+from fastpaths.hardware import bf16_capability
 
 AUTO = "auto"
 

@@ -1,6 +1,6 @@
 """A from-scratch encoder-decoder Transformer in pure PyTorch (no Lightning, no Hydra)."""
 
 from transformer.config import TransformerConfig
-from transformer.model import DecoderState, Transformer
+from transformer.model import Transformer
 
-__all__ = ["DecoderState", "Transformer", "TransformerConfig"]
+__all__ = ["Transformer", "TransformerConfig"]

@@ -1,13 +1,13 @@
-"""Attention (paper, section 3.2): scaled dot-product attention, multi-head attention, the caches.
+"""Attention (paper, section 3.2): scaled dot-product, the mechanisms' signature, multi-head attention.
 
 Read top to bottom: :func:`scaled_dot_product_attention` is equation (1) written out;
 :func:`fused_attention` is the same through PyTorch's fused kernels (flash / memory-efficient on
-a GPU), and :class:`ScaledDotProduct` that function as a module (the mechanisms' kernel, which
-``fastpaths.cpu`` swaps for a CPU one); :class:`AttentionMechanism` is the one call and state
+a GPU), and :class:`ScaledDotProduct` that function as a module (the mechanisms' kernel, which a
+swap from ``fastpaths/`` may replace); :class:`AttentionMechanism` is the one call and state
 signature that every attention mechanism has (``mechanisms.py`` lists them), and
-:class:`SoftmaxAttention` equation (1) behind it; :class:`InProjection` is W_Q, W_K, W_V stacked;
-:class:`MultiHeadAttention` is section 3.2.2, used three ways; :class:`KVCache` keeps the
-decoder's keys and values between decoding steps (``kv_cache.py``).
+:class:`SoftmaxAttention` equation (1) behind it; :class:`Source` is what cross-attention reads
+of the encoder output; :class:`MultiHeadAttention` is section 3.2.2: it owns W_Q, W_K, W_V (one
+stacked :class:`InProjection`) and W_O, and hands q, k, v, the mask and the state to its mechanism.
 
 Mask convention everywhere: a boolean tensor that is True where attention is *allowed*
 (the same as ``torch.nn.functional.scaled_dot_product_attention``).
@@ -22,7 +22,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer.kv_cache import KVCache
 from transformer.registry import Mechanism, register
 
 
@@ -119,9 +118,10 @@ def split_heads(x: Tensor, n_heads: int) -> Tensor:
 class DecodingState(Protocol):
     """What a mechanism keeps between decoding steps of the decoder's self-attention.
 
-    ``KVCache`` for softmax; a mechanism's own state otherwise (``linear_attention.LinearState``,
-    ``local_attention.WindowCache``). The mechanism that made it updates it; the decoder only
-    reorders it for beam search.
+    The keys and values of the steps so far for softmax (``decoding.kv_cache.KVCache``, made by
+    the decoding package for every mechanism whose ``caches_keys_values`` is True); a mechanism's
+    own state otherwise (``linear_attention.LinearState``, ``local_attention.WindowCache``). The
+    mechanism updates it; the search reorders it for beam search.
     """
 
     def select(self, rows: Tensor) -> None:
@@ -129,102 +129,103 @@ class DecodingState(Protocol):
         ...
 
 
-class SourceSummary(tuple):
-    """Cross-attention's source as a summarising mechanism keeps it (a tuple of tensors, each
-    [n_src, ...]): [S, Z] for linear attention and the Performer, (E K, F V) for Linformer.
+class KeysValues(DecodingState, Protocol):
+    """Softmax's decoding state: the keys and values of the steps so far."""
 
-    Made once per source sentence by ``MultiHeadAttention.project_kv``, as softmax's K/V are, and
-    then every decoding step's queries read it (``mechanism.attend_summary``) instead of reducing
-    the source's keys again: its size and a step's cost do not grow with the source's length.
-    A tuple, so that ``DecoderState.select`` reorders it as it does (k, v).
+    def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Appends steps k, v [rows, heads, new, d_head]; returns all of them [rows, heads, steps, d_head]."""
+        ...
+
+
+class Source:
+    """What cross-attention reads of a batch of source sentences, made once per source by
+    :meth:`MultiHeadAttention.source` (keys and values are the encoder output's, section 3.2.3).
+
+    Attributes:
+        tensors: (k, v), each [n_src, heads, src_len, d_head], or, for a mechanism that
+            summarises (linear attention, the Performer, Linformer), its fixed-size summary of
+            them: [S, Z] or (E K, F V), each [n_src, ...], read by every query instead of the
+            keys, so that a decoding step's cost does not grow with the source's length.
+        summarised: whether ``tensors`` is such a summary.
     """
+
+    def __init__(self, tensors: tuple[Tensor, ...], summarised: bool = False) -> None:
+        self.tensors = tuple(tensors)
+        self.summarised = summarised
+
+    def attend(
+        self, mechanism: AttentionMechanism, q: Tensor, mask: Tensor | None, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """Queries q [n_src, heads, q_len, d_head] over this source (``mask``: its padding
+        [n_src, 1, 1, src_len]): the heads [n_src, heads, q_len, d_head] and the weights or None."""
+        return mechanism.attend_source(q, self, mask, need_weights)
 
 
 class AttentionMechanism(nn.Module):
-    """What every attention mechanism is: one call and one state signature, and the projections.
+    """What every attention mechanism is: one call and one state signature.
 
     ``forward(q, k, v, mask, causal, state, need_weights) -> (out, weights)`` computes attention
     from the projected heads: q [batch, heads, q_len, d_k]; k, v [batch, heads, k_len, d_k]; mask
     bool [batch, 1, 1, k_len] (True at real keys) or None; causal: query i sees keys up to its own
-    position; state: decoding only, from ``new_state``, updated in place with this call's keys;
-    need_weights: also return the weights [batch, heads, q_len, k_len] (for pictures), else None.
+    position; state: decoding only, updated in place with this call's keys; need_weights: also
+    return the weights [batch, heads, q_len, k_len] (for pictures), else None.
 
-    The rest has defaults that a mechanism overrides where it differs, so that
-    ``MultiHeadAttention`` asks nothing about which mechanism it holds:
+    The rest has defaults that a mechanism overrides where it differs:
 
-    * ``project``: self-attention's Q, K, V from the layer's input (LSH's keys are its queries);
-    * ``self_attention``: ``project`` then ``forward`` (Linformer projects the sequence first);
-    * ``source`` and ``attend_source``: what cross-attention keeps of the source's keys and
-      values, once per source, and how its queries read it (:class:`SummarisingMechanism`);
-    * ``new_state``: the decoding state (mechanisms that can be causal).
+    * ``caches_keys_values``: its decoding state is the keys and values of the steps so far
+      (:class:`KeysValues`, made by the decoding package), as softmax's is;
+    * ``new_state``: otherwise, its own decoding state (mechanisms that can be causal);
+    * ``summarise`` and ``attend_source``: what cross-attention keeps of the source's keys and
+      values, once per source, and how its queries read it (:class:`SummarisingMechanism`).
+
+    Mechanisms that need projections of their own (LSH's shared query-key, Linformer's sequence
+    projected before W_K and W_V) come with a :class:`MultiHeadAttention` subclass, which the
+    registry builds for them (``registry.Mechanism.layer``).
     """
+
+    caches_keys_values = False
+    summarises = False
 
     def new_state(self, max_steps: int) -> DecodingState:
         """An empty decoding state for at most ``max_steps`` steps of causal self-attention."""
         raise NotImplementedError(f"{type(self).__name__} keeps no decoding state: it cannot be causal")
 
-    def project(self, in_proj: InProjection, x: Tensor, n_heads: int) -> tuple[Tensor, Tensor, Tensor]:
-        """Self-attention's queries, keys, values, each [batch, heads, len, d_head], from x
-        [batch, len, d_model] through W_Q, W_K, W_V (``in_proj``) in one product."""
-        qkv = in_proj(x)  # (B, T, 3D)
-        # Split as [B, T, 3, H, Dh] and unbound, not chunked then viewed per tensor: in training,
-        # the backward then stacks the three heads' gradients straight into the projection's
-        # layout, in one pass, instead of copying each into [B, T, D] and joining the copies.
-        b, t, _ = qkv.shape
-        q, k, v = qkv.view(b, t, 3, n_heads, -1).unbind(2)  # (B, T, H, Dh) each
-        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-
-    def self_attention(
-        self,
-        in_proj: InProjection,
-        x: Tensor,
-        n_heads: int,
-        mask: Tensor | None,
-        causal: bool,
-        state: DecodingState | None,
-        need_weights: bool,
-    ) -> tuple[Tensor, Tensor | None]:
-        """Attention of x [batch, len, d_model] to itself: heads [batch, heads, len, d_head] and
-        the weights or None (the other arguments as ``forward``'s)."""
-        q, k, v = self.project(in_proj, x, n_heads)
-        return self(q, k, v, mask, causal, state, need_weights)
-
-    def source(self, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, ...]:
-        """What cross-attention keeps of a source's keys and values [batch, heads, src_len, d_head]
-        (``mask``: its padding [batch, 1, 1, src_len]): here (k, v) themselves."""
-        return k, v
+    def summarise(self, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tensor, ...]:
+        """A source's keys and values [n, heads, src_len, d_head] reduced to what queries read."""
+        raise NotImplementedError(f"{type(self).__name__} does not summarise its keys")
 
     def attend_source(
-        self, q: Tensor, source: tuple[Tensor, ...], mask: Tensor | None, need_weights: bool
+        self, q: Tensor, source: Source, mask: Tensor | None, need_weights: bool
     ) -> tuple[Tensor, Tensor | None]:
-        """Queries [batch, heads, q_len, d_head] over a ``source`` (or (k, v)), non-causal."""
-        return self(q, *source, mask, False, None, need_weights)
+        """Queries [batch, heads, q_len, d_head] over a :class:`Source` of keys and values, non-causal."""
+        return self(q, *source.tensors, mask, False, None, need_weights)
 
 
 class SummarisingMechanism(AttentionMechanism):
     """A mechanism whose queries read a fixed-size summary of the keys and values (linear
     attention, the Performer, Linformer): ``summarise(k, v, mask) -> tuple`` and
-    ``attend_summary(q, summary) -> out``. Cross-attention keeps the summary (a
-    :class:`SourceSummary`), made once per source, and has no weights from it."""
+    ``attend_summary(q, summary) -> out``. Cross-attention keeps the summary (a summarised
+    :class:`Source`), made once per source, and has no weights from it."""
 
-    def source(self, k: Tensor, v: Tensor, mask: Tensor | None) -> SourceSummary:
-        return SourceSummary(self.summarise(k, v, mask))
+    summarises = True
 
     def attend_source(
-        self, q: Tensor, source: tuple[Tensor, ...], mask: Tensor | None, need_weights: bool
+        self, q: Tensor, source: Source, mask: Tensor | None, need_weights: bool
     ) -> tuple[Tensor, Tensor | None]:
-        if not isinstance(source, SourceSummary):  # the keys and values themselves
+        if not source.summarised:  # the keys and values themselves
             return super().attend_source(q, source, mask, need_weights)
         if need_weights:
-            raise ValueError("a SourceSummary has no weights: project_kv(..., summarise=False) for them")
-        return self.attend_summary(q, source), None
+            raise ValueError("a summarised Source has no weights: source(..., summarise=False) for them")
+        return self.attend_summary(q, source.tensors), None
 
 
 class SoftmaxAttention(AttentionMechanism):
     """Equation (1), the mechanism every other one is compared with (:class:`AttentionMechanism`'s
-    signature). Its decoding state is a ``KVCache``: O(n²) time and O(n) memory per decoded
-    sequence.
+    signature). Its decoding state is the keys and values of the steps so far (:class:`KeysValues`):
+    O(n²) time and O(n) memory per decoded sequence.
     """
+
+    caches_keys_values = True
 
     def __init__(self, dropout: float = 0.0) -> None:
         super().__init__()
@@ -238,7 +239,7 @@ class SoftmaxAttention(AttentionMechanism):
         v: Tensor,
         mask: Tensor | None = None,
         causal: bool = False,
-        state: KVCache | None = None,
+        state: KeysValues | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         if state is not None:
@@ -249,10 +250,6 @@ class SoftmaxAttention(AttentionMechanism):
         if need_weights:
             return scaled_dot_product_attention(q, k, v, mask, causal, p)
         return self.kernel(q, k, v, mask, causal, p), None
-
-    def new_state(self, max_steps: int) -> KVCache:
-        """An empty K/V cache with room for at most ``KVCache.GROWTH`` steps (most outputs end early)."""
-        return KVCache(min(max_steps, KVCache.GROWTH))
 
 
 class InProjection(nn.Linear):
@@ -269,20 +266,25 @@ class InProjection(nn.Linear):
 
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W_O, head_i = Attention(Q W_Q^i, K W_K^i,
-    V W_V^i) (paper, section 3.2.2), used three ways:
+    V W_V^i) (paper, section 3.2.2), used three ways (section 3.2.3):
 
-    * encoder self-attention: ``self_attention(x, mask=src_mask)``;
-    * decoder masked self-attention: ``self_attention(y, causal=True, cache=state)``;
-    * encoder-decoder attention: ``cross_attention(y, project_kv(memory, src_mask), mask=src_mask)``.
+    * encoder self-attention: ``attn(x, mask=src_mask)``;
+    * decoder masked self-attention: ``attn(y, state=state)`` (built with ``causal=True``);
+    * encoder-decoder attention: ``attn(y, memory, mask=src_mask)``, where ``memory`` is the
+      encoder output or its :class:`Source` (:meth:`source`, made once per source when decoding).
 
-    W_Q, W_K, W_V live in one [3·d_model, d_model] matrix (:class:`InProjection`). ``mechanism``
-    computes the heads' attention (``SoftmaxAttention``, equation (1), unless another is given:
-    ``mechanisms.build_mechanism``), and for self-attention takes the projection too
-    (:meth:`AttentionMechanism.self_attention`); ``dropout`` is softmax's.
+    W_Q, W_K, W_V live in one [3·d_model, d_model] matrix (:class:`InProjection`), W_O is
+    ``out_proj``. ``mechanism`` computes the heads' attention from q, k, v (``SoftmaxAttention``,
+    equation (1), unless another is given: ``mechanisms.build_attention``); ``dropout`` is softmax's.
     """
 
     def __init__(
-        self, d_model: int, n_heads: int, dropout: float = 0.0, mechanism: AttentionMechanism | None = None
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.0,
+        mechanism: AttentionMechanism | None = None,
+        causal: bool = False,
     ) -> None:
         super().__init__()
         if d_model % n_heads:
@@ -290,6 +292,7 @@ class MultiHeadAttention(nn.Module):
         self.d_model = d_model
         self.n_heads = n_heads
         self.d_head = d_model // n_heads
+        self.causal = causal
         self.mechanism = SoftmaxAttention(dropout) if mechanism is None else mechanism
         self.in_proj = InProjection(d_model, 3 * d_model)
         self.out_proj = nn.Linear(d_model, d_model)
@@ -298,96 +301,69 @@ class MultiHeadAttention(nn.Module):
         nn.init.xavier_uniform_(self.out_proj.weight)
         nn.init.zeros_(self.out_proj.bias)
 
-    def self_attention(
+    def forward(
         self,
         x: Tensor,
+        memory: Tensor | Source | None = None,
         mask: Tensor | None = None,
-        causal: bool = False,
-        cache: DecodingState | None = None,
+        state: DecodingState | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        """Attention of a sequence to itself.
+        """Attention of the queries of ``x`` to ``x`` itself or to ``memory``.
 
         Args:
-            x: [batch, len, d_model].
-            mask: bool [batch, 1, 1 or len, len], True = may attend (key padding).
-            causal: forbid attending to later positions.
-            cache: decoding only: the mechanism's state of the steps so far (the keys/values
-                for softmax), updated in place with this call's.
+            x: [batch, len, d_model], the queries' stream.
+            memory: cross-attention: the encoder output [batch, src_len, d_model], or its
+                :class:`Source`; None: self-attention over ``x``.
+            mask: bool [batch, 1, 1, keys], True at real keys (key padding).
+            state: decoder self-attention while decoding: the mechanism's state of the steps
+                so far, updated in place with this call's.
             need_weights: use the written-out path and return the weights.
 
         Returns:
             [batch, len, d_model] and the weights [batch, heads, len, keys] or None.
         """
-        out, weights = self.mechanism.self_attention(
-            self.in_proj, x, self.n_heads, mask, causal, cache, need_weights
-        )  # (B, H, T, Dh)
-        return self._project_out(out), weights
+        if memory is None:
+            out, weights = self.attend(x, mask, state, need_weights)  # (B, H, T, Dh)
+        else:
+            source = memory if isinstance(memory, Source) else self.source(memory, mask, not need_weights)
+            out, weights = source.attend(self.mechanism, self.queries(x), mask, need_weights)
+        b, _, t, _ = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(b, t, self.d_model)), weights  # Concat, W_O
 
-    def project_kv(
-        self, memory: Tensor, mask: Tensor | None = None, summarise: bool = True
-    ) -> tuple[Tensor, ...]:
-        """Encoder output to what cross-attention reads, once per source sentence.
+    def attend(
+        self, x: Tensor, mask: Tensor | None, state: DecodingState | None, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """Self-attention's heads [batch, heads, len, d_head] (and weights): Q, K, V of x
+        (:meth:`project`) through the mechanism."""
+        q, k, v = self.project(x)
+        return self.mechanism(q, k, v, mask, self.causal, state, need_weights)
 
-        Args:
-            memory: [batch, src_len, d_model].
-            mask: bool [batch, 1, 1, src_len], True at real source tokens.
-            summarise: False keeps (k, v) even for a mechanism that summarises (for its weights).
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Self-attention's queries, keys, values, each [batch, heads, len, d_head], from x
+        [batch, len, d_model] through W_Q, W_K, W_V in one product."""
+        qkv = self.in_proj(x)  # (B, T, 3D)
+        # Split as [B, T, 3, H, Dh] and unbound, not chunked then viewed per tensor: in training,
+        # the backward then stacks the three heads' gradients straight into the projection's
+        # layout, in one pass, instead of copying each into [B, T, D] and joining the copies.
+        b, t, _ = qkv.shape
+        q, k, v = qkv.view(b, t, 3, self.n_heads, -1).unbind(2)  # (B, T, H, Dh) each
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
-        Returns:
-            (k, v), each [batch, heads, src_len, d_head], or what the mechanism keeps of them
-            (``mechanism.source``: a ``SourceSummary`` for linear, Performer, Linformer).
-        """
+    def queries(self, x: Tensor) -> Tensor:
+        """Cross-attention's queries x W_Q: [batch, len, d_model] -> [batch, heads, len, d_head]."""
+        return split_heads(self.in_proj.rows(x, 0, self.d_model), self.n_heads)
+
+    def source(self, memory: Tensor, mask: Tensor | None = None, summarise: bool = True) -> Source:
+        """What cross-attention reads of the encoder output ``memory`` [batch, src_len, d_model]
+        (``mask``: its padding [batch, 1, 1, src_len]): its keys and values, or the mechanism's
+        summary of them (``summarise=False`` keeps the keys and values, for the weights)."""
         kv = self.in_proj.rows(memory, self.d_model, 3 * self.d_model)  # (B, S, 2D)
         # Contiguous once here, or every decoding step's matmul would copy them.
         k, v = (split_heads(x, self.n_heads).contiguous() for x in kv.chunk(2, dim=-1))
-        return self.mechanism.source(k, v, mask) if summarise else (k, v)
-
-    def cross_attention(
-        self,
-        x: Tensor,
-        kv: tuple[Tensor, ...],
-        mask: Tensor | None = None,
-        need_weights: bool = False,
-    ) -> tuple[Tensor, Tensor | None]:
-        """Decoder queries attending to projected encoder keys/values.
-
-        Several hypotheses may share one source (beam search): ``x`` may hold ``g`` rows per
-        source sentence, consecutive, while ``kv`` and ``mask`` hold one row per sentence. The
-        ``g`` rows then become ``g * len`` queries of that sentence, so K/V are never copied.
-
-        Args:
-            x: [n_src * g, len, d_model] decoder states.
-            kv: from ``project_kv``: (k, v), each [n_src, heads, src_len, d_head], or its summary.
-            mask: bool [n_src, 1, 1, src_len], True at real source tokens.
-            need_weights: use the written-out path and return the weights.
-
-        Returns:
-            [n_src * g, len, d_model] and the weights [n_src * g, heads, len, src_len] or None.
-        """
-        n_src = kv[0].size(0)
-        rows, t, _ = x.shape
-        if rows % n_src:
-            raise ValueError(f"{rows} decoder rows do not split evenly over {n_src} sources")
-        g = rows // n_src
-        q = split_heads(self.in_proj.rows(x, 0, self.d_model), self.n_heads)  # (n*g, H, T, Dh)
-        if g > 1:
-            # (n*g, H, T, Dh) -> (n, H, g*T, Dh): hypotheses of one source become more queries.
-            q = q.view(n_src, g, self.n_heads, t, self.d_head).transpose(1, 2)
-            q = q.reshape(n_src, self.n_heads, g * t, self.d_head)
-        out, weights = self.mechanism.attend_source(q, kv, mask, need_weights)
-        if g > 1:
-            out = out.view(n_src, self.n_heads, g, t, self.d_head).transpose(1, 2)
-            out = out.reshape(rows, self.n_heads, t, self.d_head)
-            if weights is not None:
-                weights = weights.view(n_src, self.n_heads, g, t, -1).transpose(1, 2)
-                weights = weights.reshape(rows, self.n_heads, t, -1)
-        return self._project_out(out), weights
-
-    def _project_out(self, out: Tensor) -> Tensor:
-        """Heads [batch, heads, len, d_head] -> [batch, len, d_model]: concatenated, then W_O."""
-        b, _, t, _ = out.shape
-        return self.out_proj(out.transpose(1, 2).reshape(b, t, self.d_model))
+        if summarise and self.mechanism.summarises:
+            return Source(self.mechanism.summarise(k, v, mask), summarised=True)
+        return Source((k, v))
 
 
 register(Mechanism("softmax", build=lambda cfg, d_head, dropout: SoftmaxAttention(dropout)))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from transformer.attention import DecodingState, MultiHeadAttention
-from transformer.mechanisms import AttentionConfig, build_mechanism
+from transformer.attention import DecodingState, Source
+from transformer.mechanisms import AttentionConfig, build_attention
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -72,8 +72,7 @@ class EncoderLayer(nn.Module):
     ) -> None:
         super().__init__()
         attention = attention or AttentionConfig()
-        mechanism = build_mechanism("encoder_self", attention, d_model // n_heads, attention_dropout)
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, mechanism)
+        self.self_attn = build_attention("encoder_self", attention, d_model, n_heads, attention_dropout)
         self.ffn = PositionwiseFeedForward(d_model, d_ff, activation, activation_dropout)
         self.attn_sub = Sublayer(d_model, dropout, norm_first, eps)
         self.ffn_sub = Sublayer(d_model, dropout, norm_first, eps)
@@ -86,9 +85,7 @@ class EncoderLayer(nn.Module):
         Returns the layer's output [batch, src_len, d_model] and, if ``need_weights``, the
         self-attention weights [batch, heads, src_len, src_len] its mechanism implies (else None).
         """
-        h, weights = self.self_attn.self_attention(
-            self.attn_sub.pre(x), mask=src_mask, need_weights=need_weights
-        )
+        h, weights = self.self_attn(self.attn_sub.pre(x), mask=src_mask, need_weights=need_weights)
         x = self.attn_sub.post(x, h)
         return self.ffn_sub.post(x, self.ffn(self.ffn_sub.pre(x))), weights
 
@@ -114,11 +111,8 @@ class DecoderLayer(nn.Module):
     ) -> None:
         super().__init__()
         attention = attention or AttentionConfig()
-        d_head = d_model // n_heads
-        self_mechanism = build_mechanism("decoder_self", attention, d_head, attention_dropout)
-        cross_mechanism = build_mechanism("cross", attention, d_head, attention_dropout)
-        self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, self_mechanism)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, attention_dropout, cross_mechanism)
+        self.self_attn = build_attention("decoder_self", attention, d_model, n_heads, attention_dropout)
+        self.cross_attn = build_attention("cross", attention, d_model, n_heads, attention_dropout)
         self.ffn = PositionwiseFeedForward(d_model, d_ff, activation, activation_dropout)
         self.self_sub = Sublayer(d_model, dropout, norm_first, eps)
         self.cross_sub = Sublayer(d_model, dropout, norm_first, eps)
@@ -127,25 +121,24 @@ class DecoderLayer(nn.Module):
     def forward(
         self,
         y: Tensor,
-        memory_kv: tuple[Tensor, Tensor],
+        memory: Tensor | Source,
         src_mask: Tensor | None,
-        cache: DecodingState | None = None,
+        state: DecodingState | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
         """One decoder layer.
 
         Args:
-            y: [rows, tgt_len, d_model] decoder stream (rows = n_src * hypotheses per source).
-            memory_kv: this layer's cross-attention (k, v), each [n_src, heads, src_len, d_head].
-            src_mask: bool [n_src, 1, 1, src_len], True at real source tokens.
-            cache: this layer's self-attention state (decoding: a K/V cache for softmax),
-                updated in place.
-            need_weights: return the cross-attention weights [rows, heads, tgt_len, src_len].
+            y: [batch, tgt_len, d_model] decoder stream.
+            memory: the encoder output [batch, src_len, d_model], or this layer's cross-attention
+                ``Source`` of it (``cross_attn.source``, made once per source when decoding).
+            src_mask: bool [batch, 1, 1, src_len], True at real source tokens.
+            state: decoding only: this layer's self-attention state of the steps so far (a K/V
+                cache for softmax), updated in place.
+            need_weights: return the cross-attention weights [batch, heads, tgt_len, src_len].
         """
-        h, _ = self.self_attn.self_attention(self.self_sub.pre(y), causal=True, cache=cache)
+        h, _ = self.self_attn(self.self_sub.pre(y), state=state)
         y = self.self_sub.post(y, h)
-        h, weights = self.cross_attn.cross_attention(
-            self.cross_sub.pre(y), memory_kv, mask=src_mask, need_weights=need_weights
-        )
+        h, weights = self.cross_attn(self.cross_sub.pre(y), memory, src_mask, need_weights=need_weights)
         y = self.cross_sub.post(y, h)
         return self.ffn_sub.post(y, self.ffn(self.ffn_sub.pre(y))), weights

@@ -17,10 +17,11 @@ the projection, so they contribute nothing to E K or F V: a sentence projects th
 in a padded batch.
 
 In self-attention the sequence is projected first, as equation (7) groups it: E (x W_K) =
-(E x) W_K, so its ``self_attention`` multiplies W_K and W_V with the k rows of E x and F x
-(``compress``) instead of the n rows of x, and never forms the n keys and values: two thirds of
-its input projection saved, and their n × d_model activations. That is where n > k
-(``compresses``); a shorter sequence has fewer keys than projected rows, and takes the usual path.
+(E x) W_K, so its attention layer (:class:`LinformerSelfAttention`, which the registry builds for
+it) multiplies W_K and W_V with the k rows of E x and F x (``compress``) instead of the n rows of
+x, and never forms the n keys and values: two thirds of its input projection saved, and their
+n × d_model activations. That is where n > k (``compresses``); a shorter sequence has fewer keys
+than projected rows, and takes the usual path.
 
 Encoder self-attention and cross-attention (the encoder output projected to k, once per source:
 ``summarise``, held in the decoding state as softmax's K/V are). Not decoder
@@ -37,7 +38,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer.attention import (
-    InProjection,
+    DecodingState,
+    MultiHeadAttention,
     ScaledDotProduct,
     SummarisingMechanism,
     scaled_dot_product_attention,
@@ -109,7 +111,7 @@ class LinformerAttention(SummarisingMechanism):
 
         the same products reassociated, with W_K applied to k rows instead of n. Returns E x̃ and
         F x̃, [B, k, d_model] each, and E keep and F keep, [B or 1, k, 1] each (the weight that
-        each projected row gives the bias), for :meth:`self_attention` to finish with W_K, W_V.
+        each projected row gives the bias), for :class:`LinformerSelfAttention` to finish with W_K, W_V.
         """
         b, n, _ = x.shape
         e, f = self._columns(n, x.dtype)
@@ -121,30 +123,6 @@ class LinformerAttention(SummarisingMechanism):
             e_keep, f_keep = e @ keep, f @ keep  # (B, k, 1)
         # A batched product with E expanded, as in _across_heads: x's gradient comes back [n, d_model].
         return torch.bmm(e.expand(b, -1, -1), x), torch.bmm(f.expand(b, -1, -1), x), e_keep, f_keep
-
-    def self_attention(
-        self,
-        in_proj: InProjection,
-        x: Tensor,
-        n_heads: int,
-        mask: Tensor | None,
-        causal: bool,
-        state: object | None,
-        need_weights: bool,
-    ) -> tuple[Tensor, Tensor | None]:
-        """``AttentionMechanism.self_attention``, the sequence projected first where n > k
-        (:meth:`compresses`): :meth:`compress` gives E x and F x, [B, k, d_model], and W_K, W_V
-        then project k rows, not n (the module docstring says why that is its E K and F V)."""
-        if not self.compresses(x.size(1)):
-            return super().self_attention(in_proj, x, n_heads, mask, causal, state, need_weights)
-        _refuse_causal(causal, state)
-        b_q, b_k, b_v = in_proj.bias.view(3, -1).unbind(0)
-        ex, fx, e_keep, f_keep = self.compress(x, mask)  # (B, k, D) x2, (B or 1, k, 1) x2
-        q, pk, pv = _RowBlockProjections.apply(in_proj.weight, x, ex, fx)  # x W_Qᵀ, (E x) W_Kᵀ, ...
-        q = split_heads(q + b_q.to(q.dtype), n_heads)  # (B, H, n, Dh)
-        pk = split_heads(pk + (e_keep * b_k).to(pk.dtype), n_heads)  # (B, H, k, Dh): E K
-        pv = split_heads(pv + (f_keep * b_v).to(pv.dtype), n_heads)  # F V
-        return self._attend(q, pk, pv, x.size(1), mask, need_weights)
 
     def forward(
         self,
@@ -161,9 +139,9 @@ class LinformerAttention(SummarisingMechanism):
         """
         _refuse_causal(causal, state)
         pk, pv = self.project_sequence(k, v, mask)
-        return self._attend(q, pk, pv, k.size(2), mask, need_weights)
+        return self.attend_projected(q, pk, pv, k.size(2), mask, need_weights)
 
-    def _attend(
+    def attend_projected(
         self, q: Tensor, pk: Tensor, pv: Tensor, n: int, mask: Tensor | None, need_weights: bool
     ) -> tuple[Tensor, Tensor | None]:
         """softmax(Q (E K)ᵀ/√d)(F V) from E K, F V [B, H, k, d] of n keys (``mask`` their padding)."""
@@ -177,6 +155,30 @@ class LinformerAttention(SummarisingMechanism):
         if mask is not None:
             implied = implied * mask[:, :, 0, None, :].to(implied.dtype)
         return out, implied
+
+
+class LinformerSelfAttention(MultiHeadAttention):
+    """Multi-head self-attention with Linformer's mechanism, the sequence projected first where
+    n > k (``LinformerAttention.compresses``): ``compress`` gives E x and F x, [B, k, d_model],
+    and W_K, W_V then project k rows, not n (the module docstring says why that is its E K and
+    F V). Its parameters are ``MultiHeadAttention``'s and the mechanism's E and F."""
+
+    mechanism: LinformerAttention
+
+    def attend(
+        self, x: Tensor, mask: Tensor | None, state: DecodingState | None, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        linformer = self.mechanism
+        if not linformer.compresses(x.size(1)):
+            return super().attend(x, mask, state, need_weights)
+        _refuse_causal(self.causal, state)
+        b_q, b_k, b_v = self.in_proj.bias.view(3, -1).unbind(0)
+        ex, fx, e_keep, f_keep = linformer.compress(x, mask)  # (B, k, D) x2, (B or 1, k, 1) x2
+        q, pk, pv = _RowBlockProjections.apply(self.in_proj.weight, x, ex, fx)  # x W_Qᵀ, (E x) W_Kᵀ, ...
+        q = split_heads(q + b_q.to(q.dtype), self.n_heads)  # (B, H, n, Dh)
+        pk = split_heads(pk + (e_keep * b_k).to(pk.dtype), self.n_heads)  # (B, H, k, Dh): E K
+        pv = split_heads(pv + (f_keep * b_v).to(pv.dtype), self.n_heads)  # F V
+        return linformer.attend_projected(q, pk, pv, x.size(1), mask, need_weights)
 
 
 def _refuse_causal(causal: bool, state: object | None) -> None:
@@ -245,5 +247,6 @@ register(
             Setting("max_length", 1024, "linformer: the longest sequence its projections cover", minimum=1),
         ),
         refuses={"decoder_self": "not causal: each projected key mixes all positions, later ones too"},
+        layer=LinformerSelfAttention,
     )
 )

@@ -37,9 +37,9 @@ and bucket, the positions of its last c keys, updated as each key arrives (:clas
 new query reads its R sets of c keys, O(R·c·d) a step whatever the length, with no sort and no
 copy of the cache.
 
-Its ``project`` makes no keys and passes the queries in their place (the mechanism uses the
-queries either way). The key rows of the layer's ``in_proj`` get a zero gradient (they are one
-parameter with the query and value rows, so DDP finds no unused one).
+Its attention layer (:class:`SharedQKAttention`, built by the registry) makes no keys and passes
+the queries in their place; the key rows of its ``in_proj`` get a zero gradient (one parameter
+with the query and value rows, so DDP finds no unused one).
 
 Computed in fp32 whatever the autocast: a bucket must not change with the precision.
 """
@@ -53,7 +53,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from transformer.attention import AttentionMechanism, InProjection, split_heads
+from transformer.attention import AttentionMechanism, MultiHeadAttention, split_heads
 from transformer.registry import Mechanism, Setting, register
 
 SELF = -1e5  # a position's score for itself: it attends to itself only when nothing else is allowed
@@ -96,11 +96,7 @@ class LSHCache:
     def __init__(self, capacity: int, chunk: int, buckets: int, rounds: int) -> None:
         self.capacity, self.chunk, self.buckets, self.rounds = max(capacity, 1), chunk, buckets + 1, rounds
         self.length = 0  # steps stored
-        self.kv: Tensor | None = None
-        self.ring: Tensor | None = None
-        self.count: Tensor | None = None
-        self.slots: Tensor | None = None
-        self.starts: Tensor | None = None
+        self.kv = self.ring = self.count = self.slots = self.starts = None  # made at the first step
         self.rotations: Tensor | None = None  # the layer's signed rotations, made at its first step
 
     def append(self, k: Tensor, v: Tensor, hashes: Tensor) -> Tensor:
@@ -133,8 +129,7 @@ class LSHCache:
         return self.ring.gather(-1, first + self.slots)  # (rows, heads, R, c)
 
     def select(self, rows: Tensor) -> None:
-        """Keeps rows ``rows`` ([new_rows] indices) in that order (beam search).
-        Copies the steps so far (not the whole capacity) into a new buffer."""
+        """Keeps rows ``rows`` ([new_rows] indices) in that order: the steps so far into a new buffer."""
         if self.kv is None:
             return
         if self.kv.requires_grad:  # out= below does not differentiate
@@ -185,19 +180,6 @@ class LSHAttention(AttentionMechanism):
         self.window = window
         # R of each round: random rotations, fixed (section 2; equation (4)'s h^(r)).
         self.register_buffer("rotations", torch.randn(d_head, rounds, max(buckets // 2, 1)))
-
-    def project(self, in_proj: InProjection, x: Tensor, n_heads: int) -> tuple[Tensor, Tensor, Tensor]:
-        """Queries as keys (shared QK) and values, [batch, heads, len, d_head] each, from x
-        [batch, len, d_model]: the key rows of ``in_proj`` are not multiplied (a third of the
-        projection's work), except for a single position (a decoding step), where one product
-        of all three rows costs less than two (each call's overhead outweighs the key rows' work
-        at that size)."""
-        if x.size(1) == 1:
-            q, _, v = super().project(in_proj, x, n_heads)
-            return q, q, v
-        d = in_proj.in_features
-        q = split_heads(in_proj.rows(x, 0, d), n_heads)
-        return q, q, split_heads(in_proj.rows(x, 2 * d, 3 * d), n_heads)
 
     def signed_rotations(self) -> Tensor:
         """[d, rounds·buckets], fp32: each round's [R, −R] side by side, so that one product gives
@@ -410,6 +392,21 @@ class LSHAttention(AttentionMechanism):
         return LSHCache(max_steps, self.chunk, self.buckets, self.rounds)
 
 
+class SharedQKAttention(MultiHeadAttention):
+    """Multi-head attention whose keys are its queries (shared-QK, section 2), for LSH attention."""
+
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries as keys and values, [batch, heads, len, d_head] each, from x [batch, len,
+        d_model], without W_K (a third of the work), except at one position (a decoding step),
+        where one product of all three rows costs less than two calls."""
+        if x.size(1) == 1:
+            q, _, v = super().project(x)
+            return q, q, v
+        d = self.d_model
+        q = split_heads(self.in_proj.rows(x, 0, d), self.n_heads)
+        return q, q, split_heads(self.in_proj.rows(x, 2 * d, 3 * d), self.n_heads)
+
+
 def _check(cfg) -> None:
     """The LSH settings a bound cannot state (``registry.Mechanism.check``)."""
     if cfg.buckets > 1 and cfg.buckets % 2:
@@ -446,5 +443,6 @@ register(
         ),
         refuses={"cross": "its buckets hash one sequence's shared queries and keys; a source has no queries"},
         check=_check,
+        layer=SharedQKAttention,
     )
 )

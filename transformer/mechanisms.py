@@ -16,12 +16,14 @@ its ``conf/model/base.yaml`` block and its tests.
 Every mechanism is an ``attention.AttentionMechanism``, with one call and state signature::
 
     out, weights = mechanism(q, k, v, mask, causal, state, need_weights)
-    state = mechanism.new_state(max_steps)   # decoder self-attention only
+    state = mechanism.new_state(max_steps)   # decoder self-attention only (softmax's: a K/V cache)
     state.select(rows)                       # beam search reorders it
 
-and its own projections where they differ from softmax's (``project``, ``self_attention``,
-``source``, ``attend_source``: LSH's shared query-key, Linformer's sequence projected first,
-the source summaries of linear attention, the Performer and Linformer).
+called by the ``attention.MultiHeadAttention`` that holds it with its q, k, v, and a source
+summary where it keeps one (``summarise``, ``attend_source``: linear attention, the Performer,
+Linformer). LSH (shared query-key) and Linformer (the sequence projected before W_K, W_V) project
+differently: they register a ``MultiHeadAttention`` subclass of their own, which
+:func:`build_attention` builds.
 
 | name      | module                | computes                                             |
 |-----------|-----------------------|------------------------------------------------------|
@@ -46,6 +48,7 @@ from torch import nn
 
 # Each of these modules registers its mechanisms when imported (``registry.register``, at its bottom).
 from transformer import attention, linear_attention, linformer, local_attention, lsh_attention, nystrom  # noqa: F401
+from transformer.attention import MultiHeadAttention
 from transformer.registry import MECHANISMS, ROLES, settings
 
 
@@ -142,3 +145,13 @@ def build_mechanism(role: str, cfg: AttentionConfig, d_head: int, dropout: float
     ``dropout``: on the attention weights, for the mechanisms that have them.
     """
     return MECHANISMS[getattr(cfg, role)].build(cfg, d_head, dropout)
+
+
+def build_attention(role: str, cfg: AttentionConfig, d_model: int, n_heads: int, dropout: float) -> nn.Module:
+    """The multi-head attention layer of ``role`` (``encoder_self``, ``decoder_self``, ``cross``):
+    the layer its mechanism registered (``MultiHeadAttention`` unless it has its own), holding the
+    mechanism ``cfg`` names, causal for ``decoder_self``. ``dropout``: on the attention weights."""
+    mechanism = MECHANISMS[getattr(cfg, role)]
+    layer = mechanism.layer or MultiHeadAttention
+    built = mechanism.build(cfg, d_model // n_heads, dropout)
+    return layer(d_model, n_heads, dropout, built, causal=role == "decoder_self")

@@ -1,59 +1,16 @@
-"""The encoder-decoder Transformer: training forward, ``encode`` and a cached one-step ``decode``."""
+"""The encoder-decoder Transformer: the training forward, and ``encode``, ``sources`` and ``decode``
+for a search to drive step by step with its states (``decoding/``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 from torch import Tensor, nn
 
-from transformer.attention import DecodingState
+from transformer.attention import DecodingState, Source
 from transformer.config import TransformerConfig
 from transformer.embeddings import Embeddings, PositionalEncoding
-from transformer.kv_cache import KVCache
 from transformer.layers import DecoderLayer, EncoderLayer
-
-
-@dataclass
-class DecoderState:
-    """What incremental decoding keeps between steps.
-
-    Rows of the decoder ("hypotheses") are grouped by source sentence: rows
-    ``i*g .. i*g+g-1`` belong to source ``i``, where ``g = rows // n_src`` (1 for greedy,
-    the beam size for beam search). Cross-attention K/V are stored once per *source*.
-
-    Attributes:
-        self_caches: per decoder layer, its self-attention mechanism's state of the steps so far:
-            for softmax a ``KVCache`` of keys/values, each [rows, heads, steps, d_head], that grows
-            by one step each step; for the others what their ``new_state`` makes.
-        cross_kv: per decoder layer, (k, v): [n_src, heads, src_len, d_head], or the mechanism's
-            ``SourceSummary`` of them (linear, Performer, Linformer); computed once per source.
-        src_mask: bool [n_src, 1, 1, src_len], True at real source tokens.
-        step: number of target tokens fed so far (the next token's position).
-    """
-
-    self_caches: list[DecodingState]
-    cross_kv: list[tuple[Tensor, Tensor]]
-    src_mask: Tensor
-    step: int = 0
-
-    @property
-    def n_src(self) -> int:
-        return self.src_mask.size(0)
-
-    def select(self, rows: Tensor, sources: Tensor | None = None) -> None:
-        """Reorders/shrinks the caches in place.
-
-        Args:
-            rows: [new_rows] indices of the hypotheses to keep, in their new order; each must
-                stay with its source (beam search reorders within a sentence's beams).
-            sources: [new_n_src] indices of the source sentences still active (finished
-                sentences dropped), or None to keep all.
-        """
-        for cache in self.self_caches:
-            cache.select(rows)
-        if sources is not None:
-            self.cross_kv = [type(kv)(x.index_select(0, sources) for x in kv) for kv in self.cross_kv]
-            self.src_mask = self.src_mask.index_select(0, sources)
 
 
 def layer_arguments(cfg: TransformerConfig) -> dict:
@@ -102,15 +59,20 @@ class Decoder(nn.Module):
     def forward(
         self,
         y: Tensor,
-        cross_kv: list[tuple[Tensor, Tensor]],
+        memory: Tensor | Sequence[Source],
         src_mask: Tensor,
-        caches: list[DecodingState] | None = None,
+        states: Sequence[DecodingState] | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, list[Tensor]]:
-        """y: [rows, tgt_len, d_model] -> ([rows, tgt_len, d_model], per-layer cross weights)."""
+        """y: [batch, tgt_len, d_model] -> ([batch, tgt_len, d_model], per-layer cross weights).
+
+        ``memory``: the encoder output [batch, src_len, d_model], or per layer its cross-attention
+        ``Source``; ``states``: per layer its self-attention's decoding state, or None.
+        """
         weights = []
         for i, layer in enumerate(self.layers):
-            y, w = layer(y, cross_kv[i], src_mask, None if caches is None else caches[i], need_weights)
+            source = memory if isinstance(memory, Tensor) else memory[i]
+            y, w = layer(y, source, src_mask, None if states is None else states[i], need_weights)
             if w is not None:
                 weights.append(w)
         y = self.final_norm(y) if self.final_norm is not None else y
@@ -121,8 +83,8 @@ class Transformer(nn.Module):
     """Encoder-decoder Transformer (Vaswani et al. 2017).
 
     Token ids in, next-token logits out. ``forward`` is the teacher-forced training pass;
-    ``encode`` + ``start_decoding`` + ``decode_step`` is incremental inference with a
-    self-attention K/V cache and cross-attention K/V computed once per source.
+    ``encode``, ``sources`` (cross-attention's keys and values, once per source) and ``decode``
+    with the self-attention states are what a search runs step by step (``decoding/``).
     """
 
     def __init__(self, cfg: TransformerConfig) -> None:
@@ -163,38 +125,44 @@ class Transformer(nn.Module):
         memory, _ = self.encoder(self.src_pos(self.src_embed(src)), src_mask)
         return memory, src_mask
 
-    def project_memory(
-        self, memory: Tensor, src_mask: Tensor, summarise: bool = True
-    ) -> list[tuple[Tensor, ...]]:
-        """What cross-attention reads, for every decoder layer: (k, v) [batch, heads, src_len, d_head],
-        or its mechanism's ``SourceSummary`` (``MultiHeadAttention.project_kv``; src_mask: bool
-        [batch, 1, 1, src_len]; ``summarise=False``: (k, v) whatever the mechanism)."""
-        return [layer.cross_attn.project_kv(memory, src_mask, summarise) for layer in self.decoder.layers]
+    def sources(self, memory: Tensor, src_mask: Tensor, summarise: bool = True) -> list[Source]:
+        """What cross-attention reads of ``memory`` [batch, src_len, d_model], for every decoder
+        layer: its keys and values or its mechanism's summary (``MultiHeadAttention.source``;
+        src_mask: bool [batch, 1, 1, src_len]; ``summarise=False``: the keys and values whatever
+        the mechanism). A search makes them once per source and passes them to :meth:`decode`."""
+        return [layer.cross_attn.source(memory, src_mask, summarise) for layer in self.decoder.layers]
 
     def decode(
         self,
         tgt_in: Tensor,
-        cross_kv: list[tuple[Tensor, Tensor]],
+        memory: Tensor | Sequence[Source],
         src_mask: Tensor,
+        states: Sequence[DecodingState] | None = None,
+        offset: int = 0,
         need_weights: bool = False,
         last_only: bool = False,
         project: bool = True,
     ) -> tuple[Tensor, list[Tensor]]:
-        """Decoder on a whole target prefix (no cache).
+        """The decoder on target positions ``offset ..`` (the whole prefix, or the steps after
+        those that ``states`` hold).
 
         Args:
-            tgt_in: [rows, tgt_len] decoder input ids (BOS first); rows = n_src * g.
-            cross_kv: from ``project_memory``; src_mask: [n_src, 1, 1, src_len].
-            need_weights: also return per-layer cross-attention [rows, heads, tgt_len, src_len].
-            last_only: logits of the last position only (all a search step needs).
+            tgt_in: [batch, tgt_len] decoder input ids (BOS first when ``offset`` is 0).
+            memory: the encoder output [batch, src_len, d_model], or :meth:`sources` of it.
+            src_mask: [batch, 1, 1, src_len].
+            states: per decoder layer, its self-attention's state of the ``offset`` earlier
+                positions (a search's, ``decoding/``), updated in place; None: no earlier ones.
+            offset: the position of ``tgt_in``'s first token.
+            need_weights: also return per-layer cross-attention [batch, heads, tgt_len, src_len].
+            last_only: the last position only (all a search step needs).
             project: False returns the decoder output [..., d_model] in place of the logits.
 
         Returns:
-            logits [rows, tgt_len, tgt_vocab] ([rows, 1, tgt_vocab] if ``last_only``) and the
+            logits [batch, tgt_len, tgt_vocab] ([batch, 1, tgt_vocab] if ``last_only``) and the
             list of weights (empty unless asked).
         """
-        y = self.tgt_pos(self.tgt_embed(tgt_in))
-        y, weights = self.decoder(y, cross_kv, src_mask, need_weights=need_weights)
+        y = self.tgt_pos(self.tgt_embed(tgt_in), offset=offset)
+        y, weights = self.decoder(y, memory, src_mask, states, need_weights)
         y = y[:, -1:] if last_only else y
         return (self.logits(y) if project else y), weights
 
@@ -207,14 +175,15 @@ class Transformer(nn.Module):
         (training's, ``training/loss.py``).
         """
         memory, src_mask = self.encode(src)
-        out, _ = self.decode(tgt_in, self.project_memory(memory, src_mask), src_mask, project=project)
+        out, _ = self.decode(tgt_in, memory, src_mask, project=project)
         return out
 
     def cross_attention_weights(self, src: Tensor, tgt_in: Tensor) -> list[Tensor]:
         """Per decoder layer, cross-attention weights [batch, heads, tgt_len, src_len] (eval mode)."""
         memory, src_mask = self.encode(src)
-        cross_kv = self.project_memory(memory, src_mask, summarise=False)
-        _, weights = self.decode(tgt_in, cross_kv, src_mask, need_weights=True)
+        _, weights = self.decode(
+            tgt_in, self.sources(memory, src_mask, summarise=False), src_mask, need_weights=True
+        )
         return weights
 
     def encoder_attention_weights(self, src: Tensor) -> list[Tensor]:
@@ -225,35 +194,3 @@ class Transformer(nn.Module):
         src_mask = self.source_mask(src)
         _, weights = self.encoder(self.src_pos(self.src_embed(src)), src_mask, need_weights=True)
         return weights
-
-    def start_decoding(self, memory: Tensor, src_mask: Tensor, max_steps: int = 64) -> DecoderState:
-        """Empty self-attention states and the cross-attention K/V (or summaries) of ``memory``
-        [n_src, src_len, d].
-
-        ``max_steps``: the most steps decoding may take. Softmax's caches start with room for at
-        most ``KVCache.GROWTH`` and grow when full: most outputs end long before the length limit.
-        """
-        states = [layer.self_attn.mechanism.new_state(max_steps) for layer in self.decoder.layers]
-        KVCache.share_spare(states)  # one spare storage for all layers' reorders, not one each
-        return DecoderState(
-            self_caches=states,
-            cross_kv=self.project_memory(memory, src_mask),
-            src_mask=src_mask,
-        )
-
-    def decode_step(self, tokens: Tensor, state: DecoderState, project: bool = True) -> Tensor:
-        """Feeds one token per hypothesis and returns the next-token logits.
-
-        Args:
-            tokens: [rows] the latest token of each hypothesis (BOS at step 0); rows = n_src * g.
-            state: from ``start_decoding``; its caches grow by one step, in place.
-            project: False returns the decoder's output instead, for ``logits`` to project a
-                few rows at a time (the search does: [rows, tgt_vocab] is a large tensor).
-
-        Returns:
-            logits [rows, tgt_vocab], or the decoder output [rows, d_model] if not ``project``.
-        """
-        y = self.tgt_pos(self.tgt_embed(tokens[:, None]), offset=state.step)  # (R, 1, D)
-        y, _ = self.decoder(y, state.cross_kv, state.src_mask, caches=state.self_caches)
-        state.step += 1
-        return self.logits(y[:, -1]) if project else y[:, -1]

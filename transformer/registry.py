@@ -10,10 +10,12 @@ attention weights to drop out) and how it is built::
         has_weights=False,
     ))
 
-``mechanisms.py`` collects the registrations into ``AttentionConfig`` and ``build_mechanism``;
+``mechanisms.py`` collects the registrations into ``AttentionConfig`` and ``build_attention``;
 no list of names is kept anywhere else. What differs between mechanisms at run time is a method
-of ``attention.AttentionMechanism`` that the built module overrides (its projections, its
-source summary, its decoding state), so ``MultiHeadAttention`` never asks which one it holds.
+of ``attention.AttentionMechanism`` that the built module overrides (its source summary, its
+decoding state), so ``MultiHeadAttention`` never asks which one it holds; a mechanism that needs
+projections of its own (LSH, Linformer) registers the whole attention layer that makes them
+(``layer``, a subclass of ``attention.MultiHeadAttention``).
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ class Mechanism:
         has_weights: False where there are no attention weights for ``attention_dropout``.
         check: ``check(cfg)`` raising ValueError, naming the setting, for what ``minimum``
             cannot say (run for every config, as the settings' bounds are).
+        layer: the attention layer that holds it, a subclass of ``attention.MultiHeadAttention``
+            with its own projections; None: ``MultiHeadAttention`` itself.
     """
 
     name: str
@@ -65,6 +69,7 @@ class Mechanism:
     refuses: Mapping[str, str] = field(default_factory=dict)
     has_weights: bool = True
     check: Callable[[Any], None] | None = None
+    layer: type[nn.Module] | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.refuses) - set(ROLES)

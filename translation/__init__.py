@@ -1,15 +1,17 @@
 """What ``translate.py`` runs: a trained checkpoint turned into translations, as a Python API.
 
+    from fastpaths.optimize import optimize
     from translation import Translator
     translator = Translator.from_checkpoint("runs/x/checkpoints/averaged.ckpt", device="cpu")
+    translator.use(optimize(translator.model, translator.device, "inference"))  # optional: faster
     translator.translate(["Ein Hund rennt über die Wiese."], beam_size=5)
 
 Modules, one concept each:
 
 * ``translation.checkpoint``: the checkpoint contract between training and inference (writing,
   reading, checking every part, one-line ``CheckpointError``).
-* ``translation.translator``: ``Translator`` (encode, crop, batch, search, decode, in input
-  order), ``SearchOptions``, ``Translation``.
+* ``translation.translator``: ``Translator`` (encode, crop, search through ``decoding.Searcher``,
+  decode, in input order), ``SearchOptions`` (``decoding.DecodingConfig``), ``Translation``.
 * ``translation.workers``: ``WorkerPool``, decoding in single-thread CPU processes.
 * ``translation.metrics``: sacreBLEU and chrF with their signatures (``common.metrics``).
 * ``translation.attention_plot``: cross-attention heatmaps of chosen lines (matplotlib, imported

@@ -1,20 +1,17 @@
-"""Text in, text out: token-budget batching and the translate loop.
+"""Text in, text out: a checkpoint's model with its tokenizers.
 
-The command line (``translate.py``) is a thin shell around this module and ``data/lines.py``:
-
-* :func:`data.batching.longest_first_batches` groups sentences, longest first, under a budget of
-  padded tokens (the rule training's batches follow too), counted once per hypothesis: a batch
-  of ``n`` sentences searched with beam ``k`` keeps ``n * k`` rows of decoder state, so each
-  source counts ``k`` times (:func:`hypothesis_widths`).
-* :class:`Translator` encodes, crops, batches, searches (beam, greedy or sampling, with one
-  model or an ensemble) and decodes, and returns the results in input order; empty lines never
-  reach the model. :meth:`Translator.score` gives given targets' log-probabilities instead.
+The command line (``translate.py``) is a thin shell around this module and ``data/lines.py``.
+:class:`Translator` encodes and crops sentences, has them searched by ``decoding.Searcher`` (beam,
+greedy or sampling, with one model or an ensemble; batched longest first under the device's
+token budget, the same search that validation and the test stage run) and decodes the results,
+in input order; empty lines never reach the model. :meth:`Translator.score` gives given
+targets' log-probabilities instead. The model is the plain one: ``translate.py`` applies the
+device's fast paths to it (``fastpaths.optimize``) and hands their kernels over (:meth:`Translator.use`).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -24,34 +21,23 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from data.batching import DECODING_TOKENS as DEFAULT_MAX_TOKENS
 from data.batching import longest_first_batches
 from data.lines import one_line
-from fastpaths.cpu import for_cpu_inference
+from decoding import DecodingConfig, Searcher
+from decoding.budget import CPU_TOKENS
+from decoding.ensemble import Ensemble
+from decoding.scoring import target_log_probs
 from transformer import Transformer
-from transformer.ensemble import Ensemble
-from transformer.sampling import SamplingConfig, sample
-from transformer.scoring import target_log_probs
-from transformer.search import DecodingConfig, beam_search, greedy_search
 from translation.checkpoint import CheckpointError, InferenceCheckpoint, load_checkpoint
 from translation.workers import WorkerPool
 
 logger = logging.getLogger(__name__)
 
 
-def hypothesis_widths(source_lengths: Sequence[int], options: SearchOptions) -> list[int]:
-    """Each source's share of a batch budget: (length + EOS) * the hypotheses searched for it.
-
-    The decoder's caches and logits grow with hypotheses (rows) times steps, so a budget of
-    ``sentences * beam_size * longest source`` bounds a batch's memory whatever the beam size.
-
-    Args:
-        source_lengths: ``n`` source lengths without EOS.
-        options: the search settings (greedy search keeps one hypothesis per sentence, sampling
-            one per sample).
-    """
-    hypotheses = options.hypotheses
-    return [(length + 1) * hypotheses for length in source_lengths]
+# translate.py's default batch budget on the CPU (``decoding.budget``); a GPU's is larger.
+DEFAULT_MAX_TOKENS = CPU_TOKENS
+# How to search: the one decoding config (greedy, beam or sampling), under its old name.
+SearchOptions = DecodingConfig
 
 
 def resolve_device(name: str | torch.device) -> torch.device:
@@ -87,53 +73,6 @@ class Tokenizer(Protocol):
     def id_to_piece(self, ids: list[int]) -> list[str]: ...
 
 
-@dataclass(frozen=True)
-class SearchOptions(DecodingConfig):
-    """How to search: :class:`~transformer.search.DecodingConfig`'s settings and defaults, and these.
-
-    Attributes:
-        nbest: hypotheses returned per sentence, best first (at most ``beam_size``); with
-            ``sampling``, the number of samples per sentence (any number).
-        greedy: greedy search instead of beam search (no scores: they are NaN).
-        sampling: draw each output from the model's distribution instead of searching (see
-            ``transformer/sampling.py``), reshaped by ``topk``, ``topp`` and ``temperature``; a
-            sentence's samples depend on ``seed`` and the sentence only, never on its batch.
-        topk, topp, temperature, seed: :class:`~transformer.sampling.SamplingConfig`'s (0, 1.0,
-            1.0, 0): the k most likely tokens only (0: all), the nucleus of mass p, the
-            temperature, and the seed.
-    """
-
-    nbest: int = 1
-    greedy: bool = False
-    sampling: bool = False
-    topk: int = 0
-    topp: float = 1.0
-    temperature: float = 1.0
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _ = self.sampling_config  # SamplingConfig checks topk, topp and temperature
-        if self.greedy and self.sampling:
-            raise ValueError("greedy and sampling exclude each other: choose one")
-        if self.sampling:
-            if self.nbest < 1:
-                raise ValueError(f"nbest={self.nbest}: the samples per sentence must be at least 1")
-        elif not 1 <= self.nbest <= (1 if self.greedy else self.beam_size):
-            raise ValueError(f"nbest={self.nbest} must be between 1 and the beam size")
-
-    @property
-    def sampling_config(self) -> SamplingConfig:
-        return SamplingConfig(self.topk, self.topp, self.temperature, self.seed)
-
-    @property
-    def hypotheses(self) -> int:
-        """Rows of decoder state per sentence: the beam, the samples, or 1 for greedy search."""
-        if self.sampling:
-            return self.nbest
-        return 1 if self.greedy else self.beam_size
-
-
 @dataclass
 class Translation:
     """One output of one sentence.
@@ -149,53 +88,6 @@ class Translation:
     tokens: list[int]
     score: float
     log_prob: float
-
-
-# One batch to search: src [batch, src_len] with EOS, right-padded; the options; BOS and EOS ids;
-# per sentence its forced target prefix, or None.
-SearchJob = tuple[Tensor, "SearchOptions", int, int, list[list[int]] | None]
-
-
-def search_batch(model: Transformer | Ensemble, job: SearchJob) -> list[list[tuple[list[int], float, float]]]:
-    """One batch's search, as a :class:`~translation.workers.WorkerPool` job or in-process.
-
-    Args:
-        model: the model or ensemble, in eval mode.
-        job: ``(src, options, bos_id, eos_id, prefixes)`` (:data:`SearchJob`).
-
-    Returns:
-        Per sentence, ``(tokens, score, log_prob)`` of up to ``options.nbest`` hypotheses, best first
-        (NaN scores for greedy search).
-    """
-    src, options, bos_id, eos_id, prefixes = job
-    common = dict(
-        bos_id=bos_id,
-        eos_id=eos_id,
-        max_len_a=options.max_len_a,
-        max_len_b=options.max_len_b,
-        min_len=options.min_len,
-        no_repeat_ngram=options.no_repeat_ngram,
-        prefixes=prefixes,
-    )
-    # Inference mode, not only no_grad: no version counters or view tracking on the ~1,000 small
-    # tensor operations of every decoding step; the same kernels, so the same outputs.
-    with torch.inference_mode():
-        if options.greedy:
-            return [[(out, math.nan, math.nan)] for out in greedy_search(model, src, **common)]
-        if options.sampling:
-            hyps = sample(
-                model,
-                src,
-                config=options.sampling_config,
-                nsamples=options.nbest,
-                alpha=options.alpha,
-                **common,
-            )
-        else:
-            hyps = beam_search(
-                model, src, beam_size=options.beam_size, nbest=options.nbest, alpha=options.alpha, **common
-            )
-    return [[(h.tokens, h.score, h.log_prob) for h in per_sentence] for per_sentence in hyps]
 
 
 @dataclass
@@ -265,7 +157,8 @@ class Translator:
         target_lang: str | None = None,
     ) -> None:
         self.src_prefix = _source_prefix(target_tags or {}, target_lang, tgt_lang)
-        self.model = for_cpu_inference(model.to(device).eval())  # CPU module swaps (fastpaths.cpu)
+        self.model = model.to(device).eval()
+        self.searcher = Searcher(self.model, bos_id, eos_id)
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
         self.bos_id, self.eos_id, self.pad_id = bos_id, eos_id, model.cfg.pad_id
@@ -344,6 +237,11 @@ class Translator:
             target_lang=target_lang,
         )
 
+    def use(self, paths: Any) -> None:
+        """Searches with the kernels ``fastpaths.optimize`` chose for the device (a ``FastPaths``);
+        that call made the model's module swaps."""
+        self.searcher.kernels = paths.search
+
     @property
     def first_model(self) -> Transformer:
         """The model, or an ensemble's first (its attention is the one that is plotted)."""
@@ -371,18 +269,12 @@ class Translator:
         ids = self.src_tokenizer.encode([self.src_prefix + one_line(t) if t.strip() else t for t in texts])
         return [self._cropped(seq, name, number) for number, seq in enumerate(ids, start=first_line)]
 
-    def _batch(self, sources: list[list[int]]) -> Tensor:
-        """Sources plus EOS, right-padded: [batch, longest + 1] on the device."""
-        width = max(len(s) for s in sources) + 1
-        rows = [s + [self.eos_id] + [self.pad_id] * (width - len(s) - 1) for s in sources]
-        return torch.tensor(rows, dtype=torch.long, device=self.device)
-
     @torch.no_grad()
     def translate_ids(
         self,
         sources: Sequence[list[int]],
         options: SearchOptions,
-        max_tokens: int = DEFAULT_MAX_TOKENS,
+        max_tokens: int | None = None,
         progress: Callable[[int], None] | None = None,
         pool: WorkerPool | None = None,
         prefixes: Sequence[list[int]] | None = None,
@@ -393,7 +285,8 @@ class Translator:
             sources: ``n`` id lists without EOS, each at most :attr:`max_source_tokens` long.
             options: search settings.
             max_tokens: budget per batch of sentences * hypotheses per sentence (the beam size;
-                1 for greedy search) * longest source (EOS included).
+                1 for greedy search) * longest source (EOS included); None: the device's
+                (``decoding.budget``: 3,072 on the CPU).
             progress: called with the number of sentences finished after each batch.
             pool: worker processes that search the batches (each with its own copy of this
                 model); None searches here.
@@ -404,47 +297,23 @@ class Translator:
             ``n`` lists of up to ``options.nbest`` translations, best first, in input order; an
             empty list for an empty source (the model never sees it).
         """
-        results: list[list[Translation]] = [[] for _ in sources]
-        todo = [i for i, s in enumerate(sources) if s]
-        batches = [
-            [todo[j] for j in batch]
-            for batch in longest_first_batches(
-                hypothesis_widths([len(sources[i]) for i in todo], options), max_tokens
-            )
-        ]
-        if prefixes is not None and len(prefixes) != len(sources):
-            raise ValueError(f"{len(prefixes)} prefixes for {len(sources)} sources")
-        jobs = (
-            (
-                self._batch([sources[i] for i in indices]),
-                options,
-                self.bos_id,
-                self.eos_id,
-                None if prefixes is None else [list(prefixes[i]) for i in indices],
-            )
-            for indices in batches
-        )
-        if pool is None:
-            found_per_batch = enumerate(search_batch(self.model, job) for job in jobs)
-        else:
-            found_per_batch = pool.imap_unordered(search_batch, list(jobs))
-        for b, found in found_per_batch:
-            indices = batches[b]
-            for i, hyps in zip(indices, found, strict=True):
-                texts = self.tgt_tokenizer.decode([tokens for tokens, _, _ in hyps])
-                results[i] = [
-                    Translation(one_line(text).strip(), tokens, score, log_prob)
-                    for text, (tokens, score, log_prob) in zip(texts, hyps, strict=True)
+        found = self.searcher.search_ids(sources, options, max_tokens, prefixes, progress, pool)
+        results: list[list[Translation]] = []
+        for hyps in found:
+            texts = self.tgt_tokenizer.decode([h.tokens for h in hyps]) if hyps else []
+            results.append(
+                [
+                    Translation(one_line(text).strip(), h.tokens, h.score, h.log_prob)
+                    for text, h in zip(texts, hyps, strict=True)
                 ]
-            if progress is not None:
-                progress(len(indices))
+            )
         return results
 
     def translate(
         self,
         texts: Sequence[str],
         options: SearchOptions | None = None,
-        max_tokens: int = DEFAULT_MAX_TOKENS,
+        max_tokens: int | None = None,
         prefixes: Sequence[str] | None = None,
         **search: Any,
     ) -> list[str]:
@@ -553,7 +422,7 @@ class Translator:
         results: list[Score | None] = [None] * len(sources)
         widths = [len(s) + len(t) + 2 for s, t in zip(sources, targets, strict=True)]
         for batch in longest_first_batches(widths, max_tokens):
-            src = self._batch([sources[i] for i in batch])
+            src = self.searcher.batch([sources[i] for i in batch])
             longest = max(len(targets[i]) for i in batch) + 1
             tgt_in = torch.full((len(batch), longest), self.pad_id, device=self.device)
             tgt_out = torch.full((len(batch), longest), self.pad_id, device=self.device)

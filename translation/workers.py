@@ -33,9 +33,8 @@ from typing import Any, TypeVar
 
 import torch
 
-from fastpaths.cpu import for_cpu_inference
+from decoding.search import greedy_search
 from transformer import Transformer
-from transformer.search import greedy_search
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -57,14 +56,14 @@ def _exit_with_parent() -> None:
 
 
 def _start_worker(model_bytes: bytes, threads: int, ready: mp.Queue) -> None:
-    """Runs once in each worker: loads the model, packs its weights, then reports its pid."""
+    """Runs once in each worker: loads the model (with the parent's module swaps, made by
+    ``fastpaths.optimize``), packs its weights, then reports its pid."""
     global _MODEL
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the pool
     _exit_with_parent()
     torch.set_num_threads(threads)
     torch.set_grad_enabled(False)
-    model = torch.load(io.BytesIO(model_bytes), weights_only=False)  # bytes made by our parent
-    for_cpu_inference(model.eval())  # a no-op on the parent's model, swapped already
+    model = torch.load(io.BytesIO(model_bytes), weights_only=False).eval()  # bytes made by our parent
     # One tiny search packs every weight matrix now (packing is lazy), not in the first batch.
     token = (model.cfg.pad_id + 1) % model.cfg.src_vocab_size
     greedy_search(model, torch.tensor([[token, token]]), token, token, max_len_a=0.0, max_len_b=1)

@@ -116,7 +116,7 @@ def test_performer_layer(no_epsilons, causal):
     )
     ours.mechanism.feature_map.omega.copy_(theirs.fast_attention.projection_matrix)
     x = torch.randn(2, 40, D_MODEL)
-    close(ours.self_attention(x, causal=causal)[0], theirs(x))
+    close(ours(x)[0], theirs(x))
 
 
 # ------------------------------------------------------------------------------------ linformer
@@ -137,7 +137,7 @@ def test_linformer_layer(length):
         ours.mechanism.e.copy_(theirs.proj_k.T)
         ours.mechanism.f.copy_(theirs.proj_v.T)
     x = torch.randn(2, length, D_MODEL)
-    close(ours.self_attention(x)[0], theirs(x))
+    close(ours(x)[0], theirs(x))
 
 
 # -------------------------------------------------------------------------------------- nystrom
@@ -155,7 +155,7 @@ def test_nystrom_layer_one_head():
     needs("nystrom-attention", "nystrom_attention")
     ours, theirs = _nystrom_pair(heads=1)
     x = torch.randn(1, 32, D_MODEL)
-    close(ours.self_attention(x)[0], theirs(x))
+    close(ours(x)[0], theirs(x))
 
 
 def test_nystrom_layer_heads_and_batch_with_per_head_norms(monkeypatch):
@@ -166,7 +166,7 @@ def test_nystrom_layer_heads_and_batch_with_per_head_norms(monkeypatch):
     monkeypatch.setattr(ns, "moore_penrose_iter_pinv", lambda x, iters=6: iterative_pinv(x, iters))
     ours, theirs = _nystrom_pair(heads=HEADS)
     x = torch.randn(2, 32, D_MODEL)
-    close(ours.self_attention(x)[0], theirs(x))
+    close(ours(x)[0], theirs(x))
 
 
 # ---------------------------------------------------------------------------------------- local
@@ -193,7 +193,7 @@ def test_local_layer(causal):
     assert theirs.attn_fn.rel_pos is None  # no rotary embedding: ours has none
     load_projections(ours, theirs.to_qkv.weight, None, theirs.to_out)
     x = torch.randn(2, 28, D_MODEL)
-    close(ours.self_attention(x, causal=causal)[0], theirs(x))
+    close(ours(x)[0], theirs(x))
 
 
 # ------------------------------------------------------------------------------------------ lsh
@@ -279,7 +279,7 @@ def test_lsh_layer_with_buckets_of_one_chunk(causal):
     theirs_out = theirs(x)
     hashes = ours.mechanism.hash(q, None)
     keep = ~_first_in_every_round(hashes).any(1) if causal else torch.ones(2, n, dtype=torch.bool)  # (B, n)
-    _compare_lsh(ours.self_attention(x, causal=causal)[0], theirs_out, keep)
+    _compare_lsh(ours(x)[0], theirs_out, keep)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -294,7 +294,7 @@ def test_lsh_full_shared_qk_layer(causal):
         ours, torch.cat([theirs.toqk.weight, theirs.toqk.weight, theirs.tov.weight]), None, theirs.to_out
     )
     x = torch.randn(2, n, D_MODEL)
-    close(ours.self_attention(x, causal=causal)[0], theirs(x))
+    close(ours(x)[0], theirs(x))
 
 
 # ---------------------------------------------------------------------------------- the script

@@ -45,7 +45,7 @@ def test_written_out_attention_equals_the_papers(dtype, tq, tk, causal):
 def test_multi_head_attention_takes_the_seam_only_where_it_pays():
     """fp32 with autograd on (training) and long queries use the fused kernel; decoding-sized
     queries with autograd off use the written-out one; both give the same outputs."""
-    mha = for_cpu_inference(MultiHeadAttention(16, 4).eval())
+    mha = for_cpu_inference(MultiHeadAttention(16, 4, causal=True).eval())
     x = torch.randn(2, 5, 16)
     assert not cpu_attention.prefers_written_out(torch.randn(2, 4, 5, 4), 5)  # autograd on
     assert not cpu_attention.prefers_written_out(torch.randn(2, 4, cpu_attention.SMALL_QUERY + 1, 4), 17)
@@ -53,6 +53,6 @@ def test_multi_head_attention_takes_the_seam_only_where_it_pays():
     q16 = torch.randn(1, 2, 64, 4, dtype=torch.bfloat16)
     assert cpu_attention.prefers_written_out(q16, cpu_attention.LONG_KEYS)
     assert not cpu_attention.prefers_written_out(q16, cpu_attention.LONG_KEYS + 1)
-    with_weights, _ = mha.self_attention(x, causal=True, need_weights=True)
+    with_weights, _ = mha(x, need_weights=True)
     with torch.no_grad():
-        torch.testing.assert_close(mha.self_attention(x, causal=True)[0], with_weights, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(mha(x)[0], with_weights, atol=1e-6, rtol=1e-5)

@@ -13,13 +13,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from decoding.search import beam_search, greedy_search
+from fastpaths import hardware
 from fastpaths import packed as packed_module
 from fastpaths.cpu import for_cpu_inference
 from fastpaths.packed import PackedLinear, PackedProjection, packing_available, padded_rows
 from tests.transformer.helpers import BOS, EOS, random_tokens, tiny_model
-from transformer import hardware
 from transformer.attention import InProjection
-from transformer.search import beam_search, greedy_search
 
 pytestmark = pytest.mark.cpu_dependent
 needs_onednn = pytest.mark.skipif(not packing_available(), reason="this PyTorch build has no oneDNN")

@@ -1,5 +1,6 @@
-"""On CUDA in bf16, the fused attention (flash / memory-efficient SDPA kernels) equals the
-written-out one within bf16 tolerance, forward and gradients.
+"""In bf16, the fused attention (SDPA's flash and memory-efficient kernels on CUDA, its flash
+kernel on the CPU) equals the written-out one within bf16 tolerance, forward and gradients. On
+the CPU in CI, and on CUDA (marked ``gpu``) where a GPU is lent.
 
 Both bf16 paths are measured against the written-out attention in fp32 on the same (bf16-valued)
 inputs: the fused kernels must be as close to it as bf16 allows, i.e. within a small multiple of
@@ -15,7 +16,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from transformer.attention import fused_attention, scaled_dot_product_attention
 
-pytestmark = [
+CUDA = [
     pytest.mark.gpu,
     pytest.mark.skipif(
         not (torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)),
@@ -37,14 +38,16 @@ CASES = {
 FLASH_CASES = ["decoder self", "cross, no mask"]
 
 
-def _inputs(tq: int, tk: int, masked: bool, seed: int) -> tuple[list[torch.Tensor], torch.Tensor | None]:
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    q, k, v = (torch.randn(B, H, t, D, device="cuda", generator=g) for t in (tq, tk, tk))
+def _inputs(
+    tq: int, tk: int, masked: bool, seed: int, device: str
+) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+    g = torch.Generator(device=device).manual_seed(seed)
+    q, k, v = (torch.randn(B, H, t, D, device=device, generator=g) for t in (tq, tk, tk))
     mask = None
     if masked:  # right padding: every row keeps at least 3 keys
-        lengths = torch.randint(3, tk + 1, (B,), device="cuda", generator=g)
+        lengths = torch.randint(3, tk + 1, (B,), device=device, generator=g)
         lengths[0] = tk
-        mask = (torch.arange(tk, device="cuda")[None, :] < lengths[:, None])[:, None, None, :]
+        mask = (torch.arange(tk, device=device)[None, :] < lengths[:, None])[:, None, None, :]
     return [x.bfloat16() for x in (q, k, v)], mask
 
 
@@ -58,16 +61,19 @@ def _run(
     return [out.detach().float()] + [x.grad.float() for x in leaves]
 
 
+# The CPU has SDPA's flash kernel only, with every case; CUDA both, flash without masks.
+PARAMS = [pytest.param("cpu", SDPBackend.FLASH_ATTENTION, case) for case in CASES]
+PARAMS += [pytest.param("cuda", SDPBackend.EFFICIENT_ATTENTION, case, marks=CUDA) for case in CASES]
+PARAMS += [pytest.param("cuda", SDPBackend.FLASH_ATTENTION, case, marks=CUDA) for case in FLASH_CASES]
+
+
 @pytest.mark.parametrize(
-    "backend,case",
-    [(SDPBackend.EFFICIENT_ATTENTION, case) for case in CASES]
-    + [(SDPBackend.FLASH_ATTENTION, case) for case in FLASH_CASES],
-    ids=lambda x: x.name.lower() if isinstance(x, SDPBackend) else x,
+    "device,backend,case", PARAMS, ids=lambda x: x.name.lower() if isinstance(x, SDPBackend) else x
 )
-def test_fused_attention_equals_written_out_in_bf16(backend, case):
+def test_fused_attention_equals_written_out_in_bf16(device, backend, case):
     tq, tk, masked, causal = CASES[case]
-    qkv, mask = _inputs(tq, tk, masked, seed=len(case))
-    grad_out = torch.randn(B, H, tq, D, device="cuda", generator=torch.Generator("cuda").manual_seed(1))
+    qkv, mask = _inputs(tq, tk, masked, seed=len(case), device=device)
+    grad_out = torch.randn(B, H, tq, D, device=device, generator=torch.Generator(device).manual_seed(1))
 
     def written_out(q, k, v):
         return scaled_dot_product_attention(q, k, v, mask, causal)[0]

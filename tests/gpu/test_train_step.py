@@ -1,6 +1,7 @@
-"""Training on CUDA in the precision trainer.precision=auto picks for the GPU (bf16-mixed, or
-16-mixed where bf16 is not native), eager and compiled: finite, decreasing loss; fused Adam where
-no fp16 loss scaler is in the way; the matmuls in that precision."""
+"""Training in the precision trainer.precision=auto picks for the device (on a GPU bf16-mixed, or
+16-mixed where bf16 is not native), with the fast paths ``fastpaths.optimize`` gives it, eager and
+compiled: finite, decreasing loss; fused Adam where no fp16 loss scaler is in the way; the
+matmuls in that precision. On the CPU (eager, in CI) and on CUDA (marked ``gpu``)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,10 @@ from torch.utils.data import DataLoader
 
 from data.batching import collate_batch
 from data.tokenizer import EOS_ID, SubwordTokenizer
+from fastpaths.optimize import optimize
 from tests.toy_text import toy_pairs, train_word_spm
 from training.module import TranslationModule
 from training.precision import choose_precision
-
-pytestmark = pytest.mark.gpu
 
 
 def _toy_batch() -> tuple[dict, int]:
@@ -53,10 +53,17 @@ class RecordSteps(L.Callback):
         self.devices.add(next(pl_module.model.parameters()).device.type)
 
 
-@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
-def test_auto_precision_training_on_cuda_gives_finite_decreasing_loss(compile):
-    precision = choose_precision("auto", "gpu").precision
-    half = torch.bfloat16 if precision == "bf16-mixed" else torch.float16
+@pytest.mark.parametrize(
+    "accelerator, compile",
+    [
+        ("cpu", False),
+        pytest.param("gpu", False, marks=pytest.mark.gpu, id="gpu-eager"),
+        pytest.param("gpu", True, marks=pytest.mark.gpu, id="gpu-compiled"),
+    ],
+)
+def test_auto_precision_training_gives_finite_decreasing_loss(accelerator, compile):
+    precision = choose_precision("auto", accelerator).precision
+    half = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision, torch.float32)
     torch.manual_seed(0)
     batch, vocab = _toy_batch()
     model = dict(
@@ -66,13 +73,14 @@ def test_auto_precision_training_on_cuda_gives_finite_decreasing_loss(compile):
     module = TranslationModule(model, optimizer={"lr": 3e-3, "warmup_steps": 10}, compile=compile)
     record = RecordSteps(watch_logits=not compile)
     trainer = L.Trainer(
-        accelerator="gpu", devices=1, precision=precision, gradient_clip_val=1.0, max_steps=80,
+        accelerator=accelerator, devices=1, precision=precision, gradient_clip_val=1.0, max_steps=80,
         callbacks=[record], logger=False, enable_checkpointing=False, enable_progress_bar=False,
         enable_model_summary=False,
     )  # fmt: skip
+    module.use(optimize(module.model, trainer.strategy.root_device, "train"))  # as train.py does
     trainer.fit(module, train_dataloaders=DataLoader([batch] * 80, batch_size=None))
-    assert record.devices == {"cuda"}  # every step ran on the GPU
-    # optimizer.fused: null is on for CUDA, unless fp16's loss scaler must unscale before clipping
+    assert record.devices == {trainer.strategy.root_device.type}  # every step ran on the device
+    # optimizer.fused: null is on for CUDA and the CPU, unless fp16's loss scaler must unscale before clipping
     assert trainer.optimizers[0].defaults["fused"] is (precision != "16-mixed")
     if compile:
         assert module._compiled_losses is not None
@@ -85,7 +93,7 @@ def test_auto_precision_training_on_cuda_gives_finite_decreasing_loss(compile):
     assert sorted(losses[-10:])[-1] < sorted(losses[:10])[0]  # every late step below every early one
 
 
-class NoSyncInUpdates(L.Callback):
+class NoSyncInUpdates(L.Callback):  # CUDA's check; tests/training/test_host_syncs.py counts on the CPU
     """Turns CUDA's synchronisation check to "error" from each batch's start to its end (forward,
     loss, backward, clipping, the non-finite guard, the optimizer step), after ``warmup`` batches
     (a compiled step's first batches compile)."""
@@ -105,6 +113,7 @@ class NoSyncInUpdates(L.Callback):
             self.checked += 1
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
 def test_a_bf16_update_never_makes_the_host_wait_for_the_gpu(compile):
     """tests/training/test_host_syncs.py counts the same on the CPU."""
@@ -117,6 +126,7 @@ def test_a_bf16_update_never_makes_the_host_wait_for_the_gpu(compile):
         n_decoder_layers=2, d_ff=128, dropout=0.1, share_embeddings=True,
     )  # fmt: skip
     module = TranslationModule(model, optimizer={"lr": 1e-3, "warmup_steps": 10}, compile=compile)
+    module.use(optimize(module.model, "cuda", "train"))
     check = NoSyncInUpdates(warmup=3)
     trainer = L.Trainer(
         accelerator="gpu", devices=1, precision="bf16-mixed", gradient_clip_val=1.0, max_steps=8,

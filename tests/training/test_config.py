@@ -9,8 +9,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
+from decoding.config import SearchSettings as DecodingConfig
 from training.module import EvalDecoding
-from transformer.search import DecodingConfig
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 

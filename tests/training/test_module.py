@@ -14,10 +14,10 @@ from torch.utils.data import DataLoader
 
 from data.batching import collate_batch
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SubwordTokenizer
+from decoding.search import greedy_search
 from tests.toy_text import toy_pairs, train_word_spm
 from training.module import EvalDecoding, TranslationModule
 from training.schedule import inverse_sqrt_factor
-from transformer.search import greedy_search
 
 
 def _toy_batch() -> tuple[dict, list[list[int]], int]:
@@ -85,20 +85,23 @@ def test_compiled_training_steps_give_the_eager_losses(backend):
     assert not counters["stats"]["unique_graphs"]
 
 
-@pytest.mark.parametrize("two_call", [True, False])
-def test_compiled_loss_gives_the_eager_block_losses_and_gradients(monkeypatch, two_call: bool):
-    """Compiled, the loss is the two-call form in the model's graph on a GPU (no graph break: the
-    block loss, which failed to compile on an H200 over several bf16 blocks, is not traced; here
-    the CPU is taken for one), and the eager block loss after the graph on the CPU; either way the
-    step equals the eager one over several blocks under bf16 autocast."""
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_compiled_loss_gives_the_eager_block_losses_and_gradients(monkeypatch, device: str):
+    """The losses ``fastpaths.optimize`` chooses for a device's training, compiled and eager (its
+    choice is the same on any machine, so a GPU's runs here on the CPU): compiled for a GPU, the
+    plain two-call loss in the model's graph (no graph break: the block loss, which failed to
+    compile on an H200 over several bf16 blocks, is not traced); for the CPU the eager block loss
+    after the graph. Either way the step equals the eager block loss's over several blocks under
+    bf16 autocast."""
     import fastpaths.loss as block_loss
-    import training.loss as loss_mod
+    from fastpaths.optimize import optimize
+    from training.loss import cross_entropy
     from training.module import token_losses
 
     batch, _, vocab = _toy_batch()
     monkeypatch.setattr(block_loss, "default_block_rows", lambda device, vocab: 8)  # several blocks
-    if two_call:
-        monkeypatch.setattr(loss_mod, "EAGER_LOSS_DEVICES", frozenset())
+    paths = optimize(torch.nn.Module(), device, "train")
+    assert paths.loss is block_loss.projected_cross_entropy  # eager: the block loss on both
     torch._dynamo.reset()
     counters.clear()
     results = {}
@@ -106,6 +109,7 @@ def test_compiled_loss_gives_the_eager_block_losses_and_gradients(monkeypatch, t
         torch.manual_seed(0)
         model = TranslationModule(_tiny(vocab)).model.train()
         fn = torch.compile(token_losses, backend="aot_eager") if compiled else token_losses
+        loss_function = (paths.compiled_loss if compiled else paths.loss) or cross_entropy
         with torch.autocast("cpu", dtype=torch.bfloat16):
             # with the host's target positions, as training passes them
             losses = fn(
@@ -115,13 +119,15 @@ def test_compiled_loss_gives_the_eager_block_losses_and_gradients(monkeypatch, t
                 batch["tgt_out"],
                 PAD_ID,
                 0.1,
+                loss_function,
                 positions=batch["tgt_positions"],
             )
         losses.sum().backward()
         results[compiled] = [losses.detach()] + [p.grad for p in model.parameters()]
     assert counters["stats"]["unique_graphs"] == 1  # the model (and the two-call loss): one graph
     breaks = sum(counters["graph_break"].values())
-    assert breaks == (0 if two_call else 2), dict(counters["graph_break"])  # the block loss skipped
+    # No break on a GPU; on the CPU the block loss is skipped (called after the graph).
+    assert (breaks == 0) == (device == "cuda"), dict(counters["graph_break"])
     torch._dynamo.reset()
     assert int((batch["tgt_out"] != PAD_ID).sum()) > 16  # more than two blocks of 8 rows
     for a, b in zip(results[True], results[False], strict=True):
@@ -357,23 +363,36 @@ def test_a_checkpoint_of_two_ranks_gives_each_rank_its_own_rng_and_warns_on_anot
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
-def test_evaluation_searches_in_pieces_give_the_whole_batchs_outputs(monkeypatch, beam_size):
-    """Validation and test search a batch in pieces of DECODING_TOKENS hypothesis tokens (rows *
-    beam * source length): the outputs are the whole batch's, in its order."""
-    import training.module as module_file
+def test_evaluation_searches_as_translate_py_whatever_the_batches_and_the_budget(beam_size):
+    """Validation and test keep each batch's sources (one read by the host a batch) and search
+    them at the stage's end through ``decoding.Searcher``, batched under the decoding budget as
+    translate.py batches them: the outputs are each sentence's own, in the examples' order,
+    whatever the evaluation batches and the budget."""
+    from decoding import DecodingConfig
+    from tests.host_syncs import HostSyncs
 
     batch, _, vocab = _toy_batch()
     torch.manual_seed(0)
-    module = TranslationModule(_tiny(vocab), decoding={"max_len_b": 6}).eval()
-    src = batch["src"]  # (10, S)
-    searched = []
-    search = module._search
-    monkeypatch.setattr(module, "_search", lambda s, b: searched.append(s.size(0)) or search(s, b))
-    with torch.no_grad():
-        monkeypatch.setattr(module_file, "DECODING_TOKENS", 10**6)
-        whole = module._decode(src, beam_size)
-        monkeypatch.setattr(module_file, "DECODING_TOKENS", 3 * beam_size * src.size(1))
-        pieces = module._decode(src, beam_size)
-    assert searched == [10, 3, 3, 3, 1]
-    assert pieces == whole
-    assert len(whole) == 10
+    module = TranslationModule(_tiny(vocab), decoding={"max_len_b": 6, "valid_beam_size": beam_size}).eval()
+    halves = [{k: v[:4] if k != "tgt_positions" else None for k, v in batch.items()}, None]
+    halves[1] = {k: v[4:] if k != "tgt_positions" else None for k, v in batch.items()}
+    found = {}
+    for budget in (None, 3 * beam_size * batch["src"].size(1)):  # the device's, and 3 sentences
+        module.decoding_budget = budget
+        with torch.no_grad():
+            for half in halves:
+                with HostSyncs() as syncs:
+                    module._eval_step(half, "valid")
+                assert [op for op, _ in syncs.calls].count("aten._local_scalar_dense.default") == 0
+                assert len(syncs.calls) <= 1, syncs.calls  # the one read of the batch's sources
+            found[budget] = module._search("valid")
+    whole, pieces = found.values()
+    assert [r[0] for r in whole] == list(range(10)) and pieces == whole
+    src = batch["src"]
+    sources = [row[: int(n) - 1].tolist() for row, n in zip(src, batch["src_lengths"], strict=True)]
+    config = DecodingConfig(max_len_b=6, beam_size=beam_size, greedy=beam_size == 1)
+    alone = [module.searcher.search_ids([s], config)[0][0].tokens for s in sources]
+    assert [r[3] for r in whole] == alone
+    nll, n_tokens = module.loss(batch, 0.0)
+    assert [r[1] for r in whole] == pytest.approx(nll.tolist(), rel=1e-5)
+    assert [r[2] for r in whole] == n_tokens.tolist()

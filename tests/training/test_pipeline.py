@@ -22,11 +22,12 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from torch._dynamo.utils import counters
 
 from data.datamodule import TranslationDataModule
+from fastpaths import hardware
 from tests.toy_text import tiny_run_overrides, write_toy_corpus
 from training import averaging, pipeline
 from training.module import DEFAULT_OPTIMIZER, TranslationModule
 from training.pipeline import train
-from transformer import TransformerConfig, hardware
+from transformer import TransformerConfig
 from translation import Translator
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fastpaths import hardware
 from training.precision import choose_precision
-from transformer import hardware
 
 pytestmark = pytest.mark.cpu_dependent
 

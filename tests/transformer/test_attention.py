@@ -9,7 +9,6 @@ from transformer.attention import (
     fused_attention,
     scaled_dot_product_attention,
 )
-from transformer.kv_cache import KVCache
 
 
 def _qkv(b=3, h=2, tq=5, tk=7, d=8):
@@ -66,66 +65,7 @@ def test_multihead_need_weights_matches_fused_path():
     mha = MultiHeadAttention(16, 4).eval()
     x = torch.randn(2, 6, 16)
     mask = _key_mask(2, 6)
-    fast, none = mha.self_attention(x, mask=mask)
-    slow, w = mha.self_attention(x, mask=mask, need_weights=True)
+    fast, none = mha(x, mask=mask)
+    slow, w = mha(x, mask=mask, need_weights=True)
     assert none is None and w.shape == (2, 4, 6, 6)
     torch.testing.assert_close(fast, slow, atol=1e-6, rtol=1e-5)
-
-
-def test_cross_attention_groups_share_keys_without_copies():
-    """g hypotheses per source against one K/V row == each hypothesis against repeated K/V."""
-    mha = MultiHeadAttention(16, 4).eval()
-    memory = torch.randn(3, 9, 16)
-    mask = _key_mask(3, 9)
-    y = torch.randn(3 * 4, 2, 16)  # 4 hypotheses per source, 2 query steps
-    grouped, wg = mha.cross_attention(y, mha.project_kv(memory), mask, need_weights=True)
-    k, v = mha.project_kv(memory.repeat_interleave(4, dim=0))
-    repeated, wr = mha.cross_attention(y, (k, v), mask.repeat_interleave(4, dim=0), need_weights=True)
-    torch.testing.assert_close(grouped, repeated, atol=1e-6, rtol=1e-5)
-    torch.testing.assert_close(wg, wr)
-    fused, _ = mha.cross_attention(y, mha.project_kv(memory), mask)
-    torch.testing.assert_close(fused, grouped, atol=1e-6, rtol=1e-5)
-
-
-def test_cross_attention_rejects_uneven_groups():
-    mha = MultiHeadAttention(16, 4)
-    with pytest.raises(ValueError, match="do not split evenly"):
-        mha.cross_attention(torch.randn(5, 1, 16), mha.project_kv(torch.randn(2, 3, 16)))
-
-
-@pytest.mark.parametrize("grad", [False, True])
-def test_kv_cache_reorders_rows_and_keeps_them_contiguous(grad):
-    """select keeps the chosen rows (duplicates too); with autograd off it leaves room for one
-    step, so the next step's keys and values are one contiguous block for attention."""
-    cache = KVCache(capacity=2)
-    steps = [torch.randn(4, 2, 1, 3) for _ in range(5)]
-    expected = torch.empty(4, 2, 0, 3)  # the keys each row should hold
-    order = torch.tensor([1, 1, 3, 0])
-    with torch.set_grad_enabled(grad):
-        for t, step in enumerate(steps):
-            k, v = cache.extend(step.requires_grad_(grad), -step)
-            expected = torch.cat([expected, step.detach()], dim=2)
-            torch.testing.assert_close(k, expected)
-            torch.testing.assert_close(v, -expected)
-            if t > 0 and not grad:
-                assert k.is_contiguous() and v.is_contiguous()
-            cache.select(order)
-            expected = expected[order]
-
-
-def test_a_decoders_caches_share_one_spare_storage():
-    """Beam reordering copies each layer's cache into the storage the layer before freed: the
-    layers together hold one storage more than they use, not one each."""
-    from tests.transformer.helpers import random_tokens, tiny_model
-
-    model = tiny_model(n_decoder_layers=3)
-    with torch.no_grad():
-        memory, src_mask = model.encode(random_tokens(2, 5, 37))
-        state = model.start_decoding(memory, src_mask)
-        assert len({id(cache.spare) for cache in state.self_caches}) == 1
-        for _ in range(3):
-            model.decode_step(torch.full((2,), 4), state)
-            state.select(torch.tensor([1, 0]))
-    stores = [cache._store.data_ptr() for cache in state.self_caches]
-    spare = state.self_caches[0].spare.tensor
-    assert spare is not None and len({*stores, spare.data_ptr()}) == 4

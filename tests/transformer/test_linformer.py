@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from transformer.attention import AttentionMechanism, scaled_dot_product_attention
-from transformer.linformer import LinformerAttention
+from transformer.attention import MultiHeadAttention, scaled_dot_product_attention
+from transformer.linformer import LinformerAttention, LinformerSelfAttention
 
 
 def _qkv(b=2, h=2, n=7, d=8):
@@ -76,26 +76,24 @@ def test_self_attention_projects_the_inputs_first_and_is_the_same_layer(padded):
     """The layer's self-attention takes E x and F x through W_K, W_V (k rows, not n), the bias
     weighted by E's and F's sums over the real keys: the same outputs, weights and gradients as
     the mechanism given the layer's n projected keys and values."""
-    from transformer.attention import MultiHeadAttention
-
     torch.manual_seed(0)
-    layer = MultiHeadAttention(16, 4, mechanism=LinformerAttention(5, 12)).double()
+    layer = LinformerSelfAttention(16, 4, mechanism=LinformerAttention(5, 12)).double()
     with torch.no_grad():
         layer.in_proj.bias.normal_()  # zero at initialisation: the bias term would go untested
     x = torch.randn(3, 9, 16, dtype=torch.float64, requires_grad=True)
     mask = (torch.arange(9) < torch.tensor([9, 6, 3])[:, None])[:, None, None, :] if padded else None
     compressed, compress = [], layer.mechanism.compress
     layer.mechanism.compress = lambda *args: compressed.append(True) or compress(*args)
-    out, weights = layer.self_attention(x, mask, need_weights=True)
+    out, weights = layer(x, mask=mask, need_weights=True)
     assert compressed == [True]  # 9 positions, 5 projected rows: the sequence projected first
-    q, k, v = AttentionMechanism.project(layer.mechanism, layer.in_proj, x, layer.n_heads)
+    q, k, v = MultiHeadAttention.project(layer, x)
     expected, expected_weights = layer.mechanism(q, k, v, mask, need_weights=True)
-    expected = layer._project_out(expected)
+    expected = layer.out_proj(expected.transpose(1, 2).reshape(3, 9, 16))
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(weights, expected_weights)
     g = torch.randn_like(out)
     leaves = [x, *layer.parameters()]
-    got = torch.autograd.grad(layer.self_attention(x, mask)[0], leaves, g)
+    got = torch.autograd.grad(layer(x, mask=mask)[0], leaves, g)
     for a, b in zip(got, torch.autograd.grad(expected, leaves, g), strict=True):
         torch.testing.assert_close(a, b)
 
@@ -103,15 +101,13 @@ def test_self_attention_projects_the_inputs_first_and_is_the_same_layer(padded):
 def test_self_attention_under_bf16_autocast_gives_fp32_gradients_close_to_fp32s():
     """The projections' own backward (one gradient for in_proj, written block by block) under
     autocast: the parameters' and the input's gradients stay fp32, near those without autocast."""
-    from transformer.attention import MultiHeadAttention
-
     torch.manual_seed(0)
-    layer = MultiHeadAttention(32, 4, mechanism=LinformerAttention(8, 16))
+    layer = LinformerSelfAttention(32, 4, mechanism=LinformerAttention(8, 16))
     x = torch.randn(2, 16, 32, requires_grad=True)
     grads = []
     for enabled in (False, True):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled):
-            out, _ = layer.self_attention(x)
+            out, _ = layer(x)
         grads.append(torch.autograd.grad(out.float().sum(), [x, *layer.parameters()]))
     for a, b in zip(*grads, strict=True):
         assert b.dtype == torch.float32
@@ -121,13 +117,11 @@ def test_self_attention_under_bf16_autocast_gives_fp32_gradients_close_to_fp32s(
 def test_a_sequence_no_longer_than_the_projection_takes_the_usual_path():
     """With n ≤ k the n keys are fewer rows than the k projected ones: the layer projects them
     as for any mechanism, and E K, F V are taken from them."""
-    from transformer.attention import MultiHeadAttention
-
-    layer = MultiHeadAttention(16, 4, mechanism=LinformerAttention(5, 12))
+    layer = LinformerSelfAttention(16, 4, mechanism=LinformerAttention(5, 12))
     assert layer.mechanism.compresses(6) and not layer.mechanism.compresses(5)
     calls, compressed = [], []
     layer.mechanism.register_forward_pre_hook(lambda m, args: calls.append(len(args)))
     compress = layer.mechanism.compress
     layer.mechanism.compress = lambda *args: compressed.append(True) or compress(*args)
-    layer.self_attention(torch.randn(2, 5, 16))
+    layer(torch.randn(2, 5, 16))
     assert calls == [7] and not compressed  # the mechanism given the n keys and values

@@ -4,6 +4,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from decoding.state import CachedDecoder
 from tests.transformer.helpers import random_tokens
 from tests.transformer.test_mechanisms import MECHANISMS
 from transformer import Transformer, TransformerConfig
@@ -73,8 +74,9 @@ def test_long_sequences_train_and_decode(name, n):
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
     model.eval()
     with torch.no_grad():
-        state = model.start_decoding(*model.encode(src), max_steps=n)
+        decoder = CachedDecoder(model)
+        state = decoder.start(src, max_steps=n)
         for t in range(64):
-            step = model.decode_step(tgt[:, t], state)
-        full, _ = model.decode(tgt[:, :64], model.project_memory(*model.encode(src)), state.src_mask)
+            step = model.logits(decoder.step(tgt[:, t], state))
+        full, _ = model.decode(tgt[:, :64], *model.encode(src))
     torch.testing.assert_close(step, full[:, -1], atol=1e-4, rtol=1e-4)

@@ -129,12 +129,13 @@ def test_chunks_window_refuses_causal_attention_and_unknown_windows():
 
 @pytest.mark.parametrize("inference", [False, True], ids=["autograd", "no-grad-packed"])
 def test_the_layer_projects_no_keys_for_shared_qk(inference):
-    """``MultiHeadAttention`` around LSH multiplies only the query and value rows of ``in_proj``;
-    the output is the mechanism's on those projections, and the key rows get a zero gradient."""
-    from transformer.attention import MultiHeadAttention
+    """LSH's attention layer (``SharedQKAttention``) multiplies only the query and value rows of
+    ``in_proj``; the output is the mechanism's on those projections, and the key rows get a zero
+    gradient."""
+    from transformer.lsh_attention import SharedQKAttention
 
     torch.manual_seed(0)
-    layer = MultiHeadAttention(16, 2, mechanism=LSHAttention(8, buckets=2, rounds=2, chunk=3))
+    layer = SharedQKAttention(16, 2, mechanism=LSHAttention(8, buckets=2, rounds=2, chunk=3))
     torch.nn.init.normal_(layer.in_proj.bias)
     x = torch.randn(2, 9, 16, requires_grad=not inference)
     w, b = layer.in_proj.weight, layer.in_proj.bias
@@ -144,9 +145,9 @@ def test_the_layer_projects_no_keys_for_shared_qk(inference):
     if inference:
         for_cpu_inference(layer)
         with torch.no_grad():
-            torch.testing.assert_close(layer.self_attention(x)[0], expected, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(layer(x)[0], expected, atol=1e-5, rtol=1e-5)
         return
-    out = layer.self_attention(x)[0]
+    out = layer(x)[0]
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
     out.sum().backward()
     assert (w.grad[16:32] == 0).all() and (w.grad[:16] != 0).any() and (w.grad[32:] != 0).any()

@@ -5,6 +5,9 @@ import torch
 import torch.nn.functional as F
 
 from bench.uncached import Recomputing
+from decoding.kv_cache import KVCache
+from decoding.search import beam_search, greedy_search
+from decoding.state import CachedDecoder, new_state
 from fastpaths.cpu import for_cpu_inference
 from tests.transformer.helpers import (
     BOS,
@@ -17,10 +20,8 @@ from tests.transformer.helpers import (
 )
 from tests.transformer.test_model import _check_incremental_decoding
 from transformer import Transformer, TransformerConfig
-from transformer.attention import SoftmaxAttention, SourceSummary
-from transformer.kv_cache import KVCache
+from transformer.attention import SoftmaxAttention
 from transformer.mechanisms import REFUSED, ROLES, AttentionConfig
-from transformer.search import beam_search, greedy_search
 
 # Small settings, so that the tiny model's short sequences cross windows, blocks and chunks.
 MECHANISMS = {
@@ -57,7 +58,7 @@ def test_default_is_softmax_everywhere_and_old_checkpoints_load_as_softmax():
         m for layer in model.decoder.layers for m in (layer.self_attn, layer.cross_attn)
     ]:
         assert type(mha.mechanism) is SoftmaxAttention
-    assert all(type(s) is KVCache for s in model.start_decoding(*model.encode(ragged_batch([3]))).self_caches)
+    assert all(type(new_state(layer.self_attn.mechanism, 8)) is KVCache for layer in model.decoder.layers)
 
 
 @EACH
@@ -173,23 +174,22 @@ def test_cross_attention_summarises_the_source_once_and_equals_attending_its_key
     for lengths in ([5, 3], [12, 9]):
         src = ragged_batch(lengths)
         memory, src_mask = model.encode(src)
-        state = model.start_decoding(memory, src_mask)
-        assert all(isinstance(kv, SourceSummary) for kv in state.cross_kv)
-        shapes.append([tuple(x.shape) for kv in state.cross_kv for x in kv])
+        decoder = CachedDecoder(model)
+        state = decoder.start(src, max_steps=8)
+        assert all(source.summarised for source in state.sources)
+        shapes.append([tuple(x.shape) for source in state.sources for x in source.tensors])
         tgt = random_tokens(2 * 3, 5, 41)  # 3 rows (beams) per source
         before = len(calls)
         for t in range(5):
-            model.decode_step(tgt[:, t], state)
+            decoder.step(tgt[:, t], state)
         assert len(calls) == before  # nothing summarised while decoding
         rows_src = torch.arange(2).repeat_interleave(3)
-        summarised, _ = model.decode(tgt, model.project_memory(memory, src_mask), src_mask)
-        keys = model.project_memory(memory, src_mask, summarise=False)
-        assert not any(isinstance(kv, SourceSummary) for kv in keys)
-        attended, _ = model.decode(tgt, keys, src_mask)
+        summarised, _ = model.decode(tgt, memory[rows_src], src_mask[rows_src])
+        keys = model.sources(memory[rows_src], src_mask[rows_src], summarise=False)
+        assert not any(source.summarised for source in keys)
+        attended, _ = model.decode(tgt, keys, src_mask[rows_src])
         torch.testing.assert_close(summarised, attended, atol=1e-5, rtol=1e-5)
-        alone = model.decode(tgt[:3], model.project_memory(memory[rows_src[:1]], src_mask[:1]), src_mask[:1])[
-            0
-        ]
+        alone = model.decode(tgt[:3], memory[rows_src[:1]], src_mask[:1])[0]
         torch.testing.assert_close(alone, summarised[:3], atol=1e-5, rtol=1e-5)
     assert shapes[0] == shapes[1]  # the summary's size does not grow with the source
 

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from decoding.state import CachedDecoder
 from fastpaths.cpu import for_cpu_inference
 from tests.transformer.helpers import PAD, random_tokens, tiny_config, tiny_model
 from transformer import Transformer
@@ -76,13 +77,12 @@ def _check_incremental_decoding(model, group, capacity):
     src[1, 4:] = PAD
     tgt = random_tokens(3 * group, 9, 41)
     memory, src_mask = model.encode(src)
-    state = model.start_decoding(memory, src_mask, max_steps=capacity)
+    decoder = CachedDecoder(model)
+    state = decoder.start(src, max_steps=capacity)
     rows_src = torch.arange(3).repeat_interleave(group)  # source of each row
     for t in range(9):
-        step_logits = model.decode_step(tgt[:, t], state)
-        full, _ = model.decode(
-            tgt[:, : t + 1], model.project_memory(memory[rows_src], src_mask[rows_src]), src_mask[rows_src]
-        )
+        step_logits = model.logits(decoder.step(tgt[:, t], state))
+        full, _ = model.decode(tgt[:, : t + 1], memory[rows_src], src_mask[rows_src])
         torch.testing.assert_close(step_logits, full[:, -1], atol=1e-5, rtol=1e-5)
         if t == 3:  # reverse the rows inside each group
             order = torch.arange(3 * group).view(3, group).flip(1).reshape(-1)

@@ -3,9 +3,9 @@
 import torch
 import torch.nn.functional as F
 
+from decoding.search import beam_search, greedy_search
 from tests.transformer.helpers import BOS, EOS, PAD
 from transformer import Transformer, TransformerConfig
-from transformer.search import beam_search, greedy_search
 
 
 def _pad(seqs: list[list[int]]) -> torch.Tensor:

@@ -7,7 +7,7 @@ import logging
 import pytest
 import torch
 
-import translation.translator as translator_module
+import decoding.service as service_module
 from bench.uncached import Recomputing
 from common.checkpoint_fields import inference_fields
 from data.lines import LINE_BREAKS
@@ -94,13 +94,13 @@ def test_batches_keep_the_budget_of_hypothesis_tokens(
     """sentences x hypotheses per sentence x padded width <= max_tokens: the decoder's rows are bounded."""
     translator = make_translator(tokenizers)
     shapes: list[tuple[int, int]] = []
-    search = translator_module.search_batch
+    search = service_module.search_batch
 
     def recording(model: torch.nn.Module, job: tuple):
         shapes.append(tuple(job[0].shape))
         return search(model, job)
 
-    monkeypatch.setattr(translator_module, "search_batch", recording)
+    monkeypatch.setattr(service_module, "search_batch", recording)
     sources = translator.encode_sources(TEXTS)
     hypotheses = 1 if options.greedy else options.beam_size
     budget = 4 * 8 * hypotheses  # about four sentences of the toy's widths per batch
@@ -114,13 +114,13 @@ def test_batches_keep_the_budget_of_hypothesis_tokens(
 def test_empty_lines_never_reach_the_model(tokenizers, monkeypatch: pytest.MonkeyPatch) -> None:
     translator = make_translator(tokenizers)
     seen: list[int] = []
-    search = translator_module.search_batch
+    search = service_module.search_batch
 
     def counting(model: torch.nn.Module, job: tuple):
         seen.append(job[0].size(0))
         return search(model, job)
 
-    monkeypatch.setattr(translator_module, "search_batch", counting)
+    monkeypatch.setattr(service_module, "search_batch", counting)
     assert translator.translate(["", " \t ", "\x0c\u2028"], SearchOptions(greedy=True)) == ["", "", ""]
     assert seen == []
     out = translator.translate(["", "hund", "  "], SearchOptions(greedy=True))

@@ -20,10 +20,12 @@ import pytest
 import torch
 
 from data.tokenizer import SubwordTokenizer
+from decoding import PLAIN
+from decoding.search import greedy_search
+from decoding.service import search_batch
 from tests.toy_text import toy_pairs, train_word_spm
 from tests.transformer.helpers import tiny_model
-from transformer.search import greedy_search
-from translation.translator import SearchOptions, Translator, search_batch
+from translation.translator import SearchOptions, Translator
 from translation.workers import WorkerPool
 
 TEXTS = [s for s, _ in toy_pairs(40, seed=5)] + ["", "  ", "hund"]
@@ -92,11 +94,11 @@ def test_results_come_back_with_their_index(translator: Translator, pool: Worker
 
 
 def test_an_error_in_a_worker_reaches_the_caller(pool: WorkerPool) -> None:
-    bad_job = (torch.tensor([[5, 6, 3]]), SearchOptions(), 2, 3)  # the prefixes missing
+    bad_job = (torch.tensor([[5, 6, 3]]), SearchOptions(), 2, 3, None)  # the kernels missing
     with pytest.raises(ValueError, match="not enough values to unpack"):
         list(pool.imap_unordered(search_batch, [bad_job]))
     # The pool still works afterwards.
-    good_job = (torch.tensor([[5, 6, 3]]), SearchOptions(greedy=True), 2, 3, None)
+    good_job = (torch.tensor([[5, 6, 3]]), SearchOptions(greedy=True), 2, 3, None, PLAIN)
     assert [i for i, _ in pool.imap_unordered(search_batch, [good_job])] == [0]
 
 

@@ -19,8 +19,7 @@ from dataclasses import replace
 import torch
 from torch import Tensor, nn
 
-from transformer.config import TransformerConfig
-from transformer.model import Transformer
+from transformer import Transformer, TransformerConfig
 
 
 class Ensemble(nn.Module):
@@ -68,8 +67,8 @@ class Ensemble(nn.Module):
 def members_of(model: Transformer | Ensemble) -> tuple[list[Transformer], list[float]]:
     """The models a search runs and their weights: an ensemble's, or ``model`` alone with weight 1.
 
-    Anything with a Transformer's decoding interface (``encode``, ``start_decoding``,
-    ``decode_step``, ``logits``, ``cfg``) counts as one model.
+    Anything a search can step (``state.Stepwise``: ``start``, ``step``, ``logits``, ``cfg``)
+    counts as one model.
     """
     if isinstance(model, Ensemble):
         return list(model.members), list(model.weights)
@@ -86,7 +85,7 @@ def combined_log_probs(
     """The ensemble's next-token log-probabilities of a block of rows.
 
     Args:
-        models, weights: from :func:`members_of`.
+        models, weights: from :func:`members_of` (each model, or what steps it: ``logits`` is used).
         hidden: per model, its decoder output of the rows: [rows, d_model_m].
         eos_banned: EOS is not a possible outcome (the minimum length is not reached): each model's
             distribution is renormalised without it, as one model's search does.

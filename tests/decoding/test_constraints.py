@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from decoding.sampling import SamplingConfig, sample
+from decoding.search import beam_search, greedy_search
 from tests.transformer.helpers import BOS, EOS, model_with_eos_bias, ragged_batch
-from transformer.sampling import SamplingConfig, sample
-from transformer.search import beam_search, greedy_search
 
 LENGTHS = [4, 9, 6, 2, 7]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from decoding.ensemble import Ensemble
+from decoding.sampling import SamplingConfig, draw, sample
+from decoding.search import greedy_search
 from tests.transformer.helpers import BOS, EOS, model_with_eos_bias, ragged_batch
-from transformer.ensemble import Ensemble
-from transformer.sampling import SamplingConfig, draw, sample
-from transformer.search import greedy_search
 
 LENGTHS = [6, 3, 9, 5, 7, 4]
 

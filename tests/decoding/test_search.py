@@ -7,7 +7,11 @@ import pytest
 import torch
 
 from bench.uncached import Recomputing
+from decoding.config import SearchSettings
+from decoding.search import beam_search, greedy_search
+from decoding.step import length_penalty, max_output_lengths, top_log_probs
 from fastpaths import search as fast_search
+from fastpaths.optimize import CPU_SEARCH
 from tests.transformer.helpers import (
     BOS,
     EOS,
@@ -15,14 +19,6 @@ from tests.transformer.helpers import (
     model_with_eos_bias,
     ragged_batch,
     tiny_model,
-)
-from transformer.search import (
-    DecodingConfig,
-    _top_log_probs,
-    beam_search,
-    greedy_search,
-    length_penalty,
-    max_output_lengths,
 )
 
 
@@ -145,25 +141,28 @@ def test_min_len_holds_eos_back(search):
     assert max(lengths(40)) <= max_output_lengths(src, PAD, 1.5, 10, 127).max().item()
 
 
-def test_top_log_probs_are_log_softmax():
+@pytest.mark.parametrize("kernel", [top_log_probs, CPU_SEARCH.top_log_probs], ids=["plain", "cpu"])
+def test_top_log_probs_are_log_softmax(kernel):
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(6, 50, generator=g) * torch.tensor([0.1, 1.0, 10.0, 50.0, 1.0, 1.0])[:, None]
     logits[4, 7] = float("-inf")  # a banned token
     logits[5] = 0.0  # all tied
     expected_values = logits.log_softmax(-1).topk(8, dim=-1).values
-    log_probs, tokens = _top_log_probs(logits.clone(), 8)
+    log_probs, tokens = kernel(logits.clone(), 8)
     torch.testing.assert_close(log_probs, expected_values)
     torch.testing.assert_close(log_probs, logits.log_softmax(-1).gather(1, tokens))
 
 
-def test_beam_search_is_the_same_with_plain_topk(monkeypatch):
-    """A vocabulary of 1,000 (15 blocks of 64 and a partial one) takes row_topk's block path;
-    a block as big as the vocabulary makes it plain topk. The outputs must not differ."""
+@pytest.mark.parametrize("block", [fast_search.TOPK_BLOCK, 10**6], ids=["blocks", "one-block"])
+def test_beam_search_with_the_cpu_kernels_is_the_plain_search(monkeypatch, block):
+    """The CPU's search kernels (block top-k, in-place normaliser) find the plain search's outputs
+    and scores. A vocabulary of 1,000 (15 blocks of 64 and a partial one) takes row_topk's block
+    path; a block as big as the vocabulary makes it plain topk."""
     model = tiny_model(tgt_vocab_size=1000)
     src = ragged_batch([6, 3, 8, 5])
-    blocked = beam_search(model, src, BOS, EOS, beam_size=3, nbest=3)
-    monkeypatch.setattr(fast_search, "TOPK_BLOCK", 10**6)
     plain = beam_search(model, src, BOS, EOS, beam_size=3, nbest=3)
+    monkeypatch.setattr(fast_search, "TOPK_BLOCK", block)
+    blocked = beam_search(model, src, BOS, EOS, beam_size=3, nbest=3, kernels=CPU_SEARCH)
     assert [[h.tokens for h in s] for s in blocked] == [[h.tokens for h in s] for s in plain]
     for b, p in zip(blocked, plain, strict=True):
         assert [h.score for h in b] == pytest.approx([h.score for h in p], abs=1e-5)
@@ -171,9 +170,9 @@ def test_beam_search_is_the_same_with_plain_topk(monkeypatch):
 
 @pytest.mark.parametrize("min_len", [0, 3])
 def test_logits_made_a_few_rows_at_a_time_change_nothing(monkeypatch, min_len):
-    """The search projects its rows' logits in blocks of LOGIT_VALUES // V rows; blocks of 2 and
+    """The search projects its rows' logits in blocks of CPU_LOGIT_VALUES // V rows; blocks of 2 and
     3 rows (odd blocks at the end too, EOS held back in every block) find what one block finds."""
-    from transformer import search as search_module
+    from decoding import budget
 
     model = model_with_eos_bias()
     src = ragged_batch([5, 8, 3, 6, 4])
@@ -185,7 +184,7 @@ def test_logits_made_a_few_rows_at_a_time_change_nothing(monkeypatch, min_len):
 
     whole_greedy, whole_beams = run()
     for rows in (2, 3):
-        monkeypatch.setattr(search_module, "LOGIT_VALUES", rows * vocab)
+        monkeypatch.setattr(budget, "CPU_LOGIT_VALUES", rows * vocab)
         greedy, beams = run()
         assert greedy == whole_greedy
         assert [[h.tokens for h in n] for n in beams] == [[h.tokens for h in n] for n in whole_beams]
@@ -216,7 +215,7 @@ def test_bfloat16_model_reports_its_outputs_log_prob():
 @pytest.mark.parametrize("search", [greedy_search, beam_search])
 def test_search_defaults_are_the_decoding_config(search):
     parameters = inspect.signature(search).parameters
-    shared = {name: value for name, value in asdict(DecodingConfig()).items() if name in parameters}
+    shared = {name: value for name, value in asdict(SearchSettings()).items() if name in parameters}
     assert shared and {name: parameters[name].default for name in shared} == shared
     if search is beam_search:
-        assert set(shared) == set(asdict(DecodingConfig()))
+        assert set(shared) == set(asdict(SearchSettings()))

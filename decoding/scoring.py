@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from transformer.ensemble import Ensemble, members_of
-from transformer.model import Transformer
-from transformer.search import LOGIT_VALUES
+from decoding.budget import logit_block_rows
+from decoding.ensemble import Ensemble, members_of
+from transformer import Transformer
 
 
 @torch.no_grad()
@@ -39,11 +39,8 @@ def target_log_probs(model: Transformer | Ensemble, src: Tensor, tgt_in: Tensor,
         hidden = member(src, tgt_in, project=False).reshape(flat_out.size(0), -1)  # (batch*tgt_len, D)
         picked = []
         # The logits [tokens, V] a block of rows at a time, as the search makes them.
-        for rows, targets in zip(
-            hidden.split(max(1, LOGIT_VALUES // member.cfg.tgt_vocab_size)),
-            flat_out.split(max(1, LOGIT_VALUES // member.cfg.tgt_vocab_size)),
-            strict=True,
-        ):
+        block = logit_block_rows(hidden.device, member.cfg.tgt_vocab_size)
+        for rows, targets in zip(hidden.split(block), flat_out.split(block), strict=True):
             log_probs = torch.log_softmax(member.logits(rows).float(), dim=-1)
             picked.append(log_probs.gather(1, targets[:, None]).squeeze(1))
         total += weight * torch.cat(picked).view(tgt_out.shape)

@@ -1,7 +1,9 @@
 """The decoder self-attention's keys and values of the decoding steps so far (softmax's decoding state).
 
-``SoftmaxAttention.new_state`` makes one per decoder layer; ``Transformer.start_decoding`` has
-the layers' caches share one spare storage for beam search's reorders.
+``decoding.state.new_state`` makes one for every decoder layer whose mechanism keeps its keys and
+values (softmax's ``caches_keys_values``), and ``CachedDecoder.start`` has the layers' caches
+share one spare storage for beam search's reorders. It is what ``SoftmaxAttention.forward``
+extends (``transformer.attention.KeysValues``).
 """
 
 from __future__ import annotations

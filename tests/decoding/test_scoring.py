@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from decoding.ensemble import Ensemble
+from decoding.scoring import target_log_probs
 from tests.transformer.helpers import BOS, EOS, PAD, model_with_eos_bias, ragged_batch
 from training.module import token_losses
-from transformer.ensemble import Ensemble
-from transformer.scoring import target_log_probs
 
 LENGTHS = [6, 3, 9, 5]
 TARGETS = [[5, 6, 7], [8], [9, 10, 11, 12, 13, 14], []]

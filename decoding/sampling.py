@@ -21,51 +21,18 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import partial
 
 import torch
 from torch import Tensor
 
-from transformer.ensemble import Ensemble
-from transformer.model import Transformer
-from transformer.search import (
-    DecodingConfig,
-    Hypothesis,
-    SearchStep,
-    length_penalty,
-    max_output_lengths,
-    search_constraints,
-)
+from decoding.config import SamplingConfig, SearchSettings
+from decoding.ensemble import Ensemble
+from decoding.state import Stepwise
+from decoding.step import Hypothesis, SearchStep, length_penalty, max_output_lengths, search_constraints
+from transformer import Transformer
 
-_DEFAULTS = DecodingConfig()
-
-
-@dataclass(frozen=True)
-class SamplingConfig:
-    """How to sample.
-
-    Attributes:
-        topk: draw from the k most likely tokens only; 0 (default): from all.
-        topp: draw from the fewest most likely tokens whose probability reaches p; 1.0
-            (default): from all.
-        temperature: divides the log-probabilities before the draw: below 1 sharper, above 1
-            flatter; 1.0 (default) samples the model's distribution.
-        seed: with the sentence and the sample number, what decides a sample (default 0).
-    """
-
-    topk: int = 0
-    topp: float = 1.0
-    temperature: float = 1.0
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.topk < 0:
-            raise ValueError(f"topk must be at least 0 (0: no limit), not {self.topk}")
-        if not 0.0 < self.topp <= 1.0:
-            raise ValueError(f"topp must be in (0, 1], not {self.topp}")
-        if not self.temperature > 0.0:
-            raise ValueError(f"temperature must be positive, not {self.temperature}")
+_DEFAULTS = SearchSettings()
 
 
 def sample_seed(seed: int, source: Sequence[int], sample: int) -> int:
@@ -116,7 +83,7 @@ def _pick(log_probs: Tensor, rows: slice, uniforms: Tensor, config: SamplingConf
 
 @torch.no_grad()
 def sample(
-    model: Transformer | Ensemble,
+    model: Transformer | Ensemble | Stepwise,
     src: Tensor,
     bos_id: int,
     eos_id: int,
@@ -139,7 +106,7 @@ def sample(
         nsamples: samples per sentence (each from its own stream).
         alpha: length penalty exponent of the samples' scores (as beam search's).
         max_len_a, max_len_b, min_len, no_repeat_ngram, prefixes: as in
-            :func:`~transformer.search.beam_search`.
+            :func:`~decoding.search.beam_search`.
 
     Returns:
         Per sentence, ``nsamples`` hypotheses sorted by score, best first. ``log_prob`` is the
@@ -195,12 +162,13 @@ def sample(
             active, next_tokens = active[keep_rows], next_tokens[keep_rows]
         tokens = next_tokens
     results: list[list[Hypothesis]] = []
+    rows, log_probs = out.tolist(), log_prob.tolist()  # read once
     for i, limit in enumerate(max_lens.tolist()):
         hyps = []
         for r in range(i * nsamples, (i + 1) * nsamples):
-            row = out[r, :limit].tolist()
+            row = rows[r][:limit]
             ids = row[: row.index(eos_id)] if eos_id in row else row
-            lp = float(log_prob[r])
+            lp = log_probs[r]
             hyps.append(Hypothesis(ids, lp / length_penalty(len(ids) + 1, alpha), lp))
         results.append(sorted(hyps, key=lambda h: -h.score))
     return results

@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from bench.uncached import Recomputing
+from decoding.ensemble import Ensemble
+from decoding.search import beam_search, greedy_search
+from decoding.state import CachedDecoder
 from tests.transformer.helpers import BOS, EOS, model_with_eos_bias, ragged_batch, tiny_model
-from transformer.ensemble import Ensemble
-from transformer.search import beam_search, greedy_search
 
 LENGTHS = [6, 3, 9, 5, 7, 4]
 
@@ -37,9 +38,11 @@ def test_a_zero_weight_member_changes_nothing() -> None:
 
 
 def first_step_log_probs(model, src: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
-    memory, src_mask = model.encode(src)
-    state = model.start_decoding(memory, src_mask)
-    return torch.log_softmax(model.decode_step(torch.full((src.size(0),), BOS), state).float(), dim=-1)
+    decoder = CachedDecoder(model)
+    state = decoder.start(src, max_steps=8)
+    return torch.log_softmax(
+        model.logits(decoder.step(torch.full((src.size(0),), BOS), state)).float(), dim=-1
+    )
 
 
 @pytest.mark.parametrize("second", ["softmax", "linear", "local"])
