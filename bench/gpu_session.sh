@@ -4,6 +4,7 @@
 #   bash bench/gpu_session.sh bench base [OPTS]     # bench/gpu_train.py for one model size, OPTS passed on
 #   bash bench/gpu_session.sh train [OVERRIDES]     # python3 train.py experiment=multi30k_de_en_gpu OVERRIDES
 #   bash bench/gpu_session.sh decode [OPTS]         # bench/gpu_decode.py on the averaged checkpoint of `train`
+#   bash bench/gpu_session.sh valdecode [OPTS]      # bench/validation_decode.py on that checkpoint: the stages vs translate.py
 #   bash bench/gpu_session.sh attention [OPTS]      # bench/gpu_attention.py: every mechanism, 1K to 16K
 #   bash bench/gpu_session.sh loader                # bench/data_scale.py's loader with the pinned copy
 # Needs, carried beside the checkout: .whl/ (hydra-core, omegaconf, antlr4-python3-runtime, datasets,
@@ -56,6 +57,12 @@ case $step in
     python3 bench/gpu_decode.py --checkpoint "$ckpt" --json "$OUT/gpu_decode.json" "$@" 2>&1 \
       | tee "$OUT/gpu_decode.log"
     ;;
+  valdecode)
+    ckpt=$(ls -t $RUNS/multi30k_de_en_gpu/*/checkpoints/averaged.ckpt 2>/dev/null | head -1)
+    [ -n "$ckpt" ] || { echo "no averaged.ckpt under $RUNS: run the train step first" >&2; exit 1; }
+    python3 bench/validation_decode.py --checkpoint "$ckpt" --device cuda --threads 16 \
+      --json "$OUT/validation_decode.json" "$@" 2>&1 | tee "$OUT/validation_decode.log"
+    ;;
   attention)
     python3 bench/gpu_attention.py --json "$OUT/gpu_attention.json" "$@" 2>&1 | tee "$OUT/gpu_attention.log"
     ;;
@@ -64,7 +71,7 @@ case $step in
       | tee "$OUT/loader.log"
     ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests | bench base|big [OPTS] | train [OVERRIDES] | decode | attention | loader" >&2
+    echo "usage: bash bench/gpu_session.sh tests | bench base|big [OPTS] | train [OVERRIDES] | decode | valdecode | attention | loader" >&2
     exit 2
     ;;
 esac

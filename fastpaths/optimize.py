@@ -49,7 +49,6 @@ from torch import nn
 from decoding.step import PLAIN, SearchKernels
 from fastpaths import search
 from fastpaths.cpu import for_cpu_inference, for_cpu_training
-from fastpaths.loss import projected_cross_entropy
 
 MODES = ("train", "inference")
 
@@ -78,7 +77,7 @@ class FastPaths:
         device: the device type (``cpu``, ``cuda``, ...).
         mode: ``train`` or ``inference``.
         loss: the training loss to run eagerly (``LossFunction``), or None: the plain
-            ``training.loss.cross_entropy``.
+            ``training.loss.cross_entropy`` (and for ``inference``, where nothing trains).
         compiled_loss: the same inside ``torch.compile``; None: the plain one (inductor fuses it).
         search: the search's kernels (``decoding.SearchKernels``).
         applied: what was swapped or chosen, one entry each (for the log).
@@ -114,27 +113,26 @@ def optimize(model: nn.Module, device: torch.device | str, mode: str) -> FastPat
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
     kind = torch.device(device).type
+    train = mode == "train"
+    # The loss only for training: its module imports torch's compiler (torch.compiler.disable),
+    # ~70 MiB that translate.py does without.
+    block_loss = _block_loss() if train and kind in ("cpu", "cuda") else None
     if kind == "cpu":
-        if mode == "train":
+        if train:
             for_cpu_training(model)
             swaps = "packed weights and written-out attention (autograd off), 16-bit dropout masks"
         else:
             for_cpu_inference(model)
             swaps = "packed weights and written-out attention (autograd off)"
-        return FastPaths(
-            kind,
-            mode,
-            loss=projected_cross_entropy,
-            compiled_loss=projected_cross_entropy,
-            search=CPU_SEARCH,
-            applied=(swaps, "block loss", "search " + CPU_SEARCH.name),
-        )
+        said = (swaps, "block loss") if train else (swaps,)
+        return FastPaths(kind, mode, block_loss, block_loss, CPU_SEARCH, (*said, "search " + CPU_SEARCH.name))
     if kind == "cuda":
-        return FastPaths(
-            kind,
-            mode,
-            loss=projected_cross_entropy,
-            search=CUDA_SEARCH,
-            applied=("block loss (eager; compiled: F.cross_entropy)", "search " + CUDA_SEARCH.name),
-        )
+        said = ("block loss (eager; compiled: F.cross_entropy)",) if train else ()
+        return FastPaths(kind, mode, block_loss, None, CUDA_SEARCH, (*said, "search " + CUDA_SEARCH.name))
     return FastPaths(kind, mode)
+
+
+def _block_loss() -> LossFunction:
+    from fastpaths.loss import projected_cross_entropy
+
+    return projected_cross_entropy

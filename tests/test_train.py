@@ -10,10 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from fastpaths import hardware
 from tests.toy_text import tiny_run_overrides, write_toy_corpus
+
+# train.py as a user starts it: a process each (the second tier, python3 -m pytest -m slow).
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 

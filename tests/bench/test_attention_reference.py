@@ -300,6 +300,7 @@ def test_lsh_full_shared_qk_layer(causal):
 # ---------------------------------------------------------------------------------- the script
 
 
+@pytest.mark.slow  # the bench tier: the script end to end
 def test_attention_reference_smoke(tmp_path):
     for pair in PAIRS:
         from bench.lucidrains import PACKAGES

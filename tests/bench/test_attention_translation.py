@@ -14,6 +14,9 @@ from bench.attention_translation import configurations, logged_training, main
 from data.corpus import DATA_DIR_ENV, shared_data_dir
 from transformer.mechanisms import REFUSED, AttentionConfig
 
+# The bench tier: runs a benchmark script end to end (python3 -m pytest -m slow; README, "Test").
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 MULTI30K = Path(os.environ.get(DATA_DIR_ENV) or shared_data_dir())
 

@@ -8,6 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# The bench tier: runs a benchmark script end to end (python3 -m pytest -m slow; README, "Test").
+pytestmark = pytest.mark.slow
+
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

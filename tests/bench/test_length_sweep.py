@@ -8,7 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.length_sweep import crossover
+
+# The bench tier: runs a benchmark script end to end (python3 -m pytest -m slow; README, "Test").
+pytestmark = pytest.mark.slow
+
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,6 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# The bench tier: runs a benchmark script end to end (python3 -m pytest -m slow; README, "Test").
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
 
@@ -16,6 +21,7 @@ COUNT_PRODUCTS = """
 import sys
 sys.path.insert(0, "bench")
 import train_speed as ts
+
 for sizes in (ts.Sizes(), ts.Sizes(d_model=32, n_heads=2, layers=1, d_ff=64, vocab=500)):
     for shape in ((215, 16, 19), (372, 11, 11), (3, 700, 650), (1, 1, 1)):
         counted = sum(c * 2 * b * m * k * n for (b, m, k, n, _), c in ts.step_products(sizes, *shape).items())

@@ -176,6 +176,7 @@ def test_auto_precision_trains_in_what_this_cpu_computes(tmp_path):
     assert {"train/loss", "val/bleu", "test/bleu"} <= set(results)
 
 
+@pytest.mark.slow  # compiles
 def test_a_compiled_run_validates_tests_and_writes_plain_checkpoints(toy, tmp_path):
     """compile: the training step is compiled; greedy validation, beam-search test and checkpoints
     work as without, and the checkpoint loads with weights_only=True and no torch.compile.
@@ -316,6 +317,7 @@ def test_ddp_bleu_equals_single_process_bleu(toy, trained_run, tmp_path):
     assert ddp["test/chrf"] == pytest.approx(single["test/chrf"], abs=1e-9)
 
 
+@pytest.mark.slow  # two train.py processes
 def test_two_runs_started_in_the_same_second_get_different_directories():
     """The run directory ends in ${unique_id:}: pid + random bits, one value per process."""
     raw = OmegaConf.to_container(OmegaConf.load(CONF / "train.yaml"), resolve=False)

@@ -201,6 +201,7 @@ def model_with_eos_bias_and(attention: dict) -> Transformer:
     return model
 
 
+@pytest.mark.slow  # every mechanism trained for a while (softmax: test_overfit.py, in the first tier)
 @EACH
 def test_each_mechanism_overfits_the_toy_batch_with_finite_bf16_gradients(attention):
     """The toy batch of ``test_overfit.py``, trained under bf16 autocast."""

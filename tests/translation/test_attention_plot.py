@@ -40,7 +40,11 @@ def _checkpoint(attention: dict, path: Path, protos: dict[str, bytes]) -> Path:
     return write_checkpoint(path, model, inference_fields(protos["src"], protos["tgt"], "de", "en"))
 
 
-@pytest.mark.parametrize("attention", list(CHECKPOINTS.values()), ids=list(CHECKPOINTS))
+# Linear attention in the first tier; every other mechanism in the second (python3 -m pytest -m slow).
+@pytest.mark.parametrize(
+    "attention",
+    [pytest.param(a, id=n, marks=() if n == "linear" else pytest.mark.slow) for n, a in CHECKPOINTS.items()],
+)
 def test_every_mechanism_draws_the_weights_it_implies(
     attention: dict, tmp_path: Path, protos: dict[str, bytes]
 ) -> None:
@@ -64,6 +68,7 @@ def test_every_mechanism_draws_the_weights_it_implies(
         torch.testing.assert_close(encoder.sum(-1), torch.ones(translator.model.cfg.n_heads, n))
 
 
+@pytest.mark.slow  # a translate.py process
 def test_translate_py_writes_the_attention_of_a_checkpoint_with_other_attention(
     tmp_path: Path, protos: dict[str, bytes]
 ) -> None:
