@@ -47,3 +47,30 @@ def average_checkpoints(paths: list[str | Path], output: str | Path) -> Path:
     with atomic_write(output) as f:
         torch.save(keep, f)
     return output
+
+
+def write_average(
+    weights: dict[str, torch.Tensor], template: str | Path, output: str | Path, updates: list[int]
+) -> Path:
+    """Writes ``output``: the checkpoint ``template`` (its hyperparameters and tokenizer fields) with
+    the model's weights ``weights`` (``model.state_dict()`` keys, averaged elsewhere: the weights of
+    ``updates``, ``training.budget_fit``) and no training state, as :func:`average_checkpoints` does."""
+    last = torch.load(template, map_location="cpu", weights_only=True)
+    state = last["state_dict"]
+    missing = sorted(f"model.{name}" for name in weights if f"model.{name}" not in state)
+    if missing:
+        raise ValueError(f"{template}: no {missing[0]} for the averaged weights")
+    keep = {
+        k: v
+        for k, v in last.items()
+        if k not in ("optimizer_states", "lr_schedulers", "loops", "callbacks", "ema")
+    }
+    keep["state_dict"] = {
+        name: weights[name[len("model.") :]].to(tensor.dtype) if name.startswith("model.") else tensor
+        for name, tensor in state.items()
+    }
+    keep["averaged_from"] = [f"update {u}" for u in updates]
+    output = Path(output)
+    with atomic_write(output) as f:
+        torch.save(keep, f)
+    return output

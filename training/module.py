@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from training.nonfinite import NonFiniteGuard, UpdatePlace, nonfinite_flags, tot
 from training.optimizer import OPTIMIZERS, build_optimizer, group_weight_decay
 from training.progress import host_value
 from training.schedule import NEEDS_TOTAL, SCHEDULES, schedule_factor
+from training.schedule_fit import FittedSchedule
 from training.selection import metric_prefix
 from transformer import Transformer, TransformerConfig
 
@@ -250,6 +252,10 @@ class TranslationModule(L.LightningModule):
         self.compiled_loss_function: LossFunction = cross_entropy  # the same inside torch.compile
         self.search_kernels = SearchKernels()  # the plain search unless use() says
         self.decoding_budget: int | None = None  # tokens a decoding batch holds; None: the device's
+        # The learning-rate multiplier by update: the configured schedule (configure_optimizers), and
+        # from where a time-limited run fitted one to its budget (training/budget_fit.py), that one.
+        self.configured_factor: Callable[[int], float] = lambda step: 1.0
+        self.fitted_schedule: FittedSchedule | None = None
         self.output_dir: str | None = None  # where the test stage writes its translations
         self.test_scores: CorpusScores | None = None
         # Per split evaluated (each validation set's, or "test"), this rank's batches: the host's
@@ -439,10 +445,20 @@ class TranslationModule(L.LightningModule):
         )
         name = opt["schedule"]
         total = self._total_updates() if name in NEEDS_TOTAL else None
-        factor = schedule_factor(name, int(opt["warmup_steps"]), total, float(opt["min_lr_ratio"]))
-        # LambdaLR counts the steps taken from 0; update k (from 1) takes factor(k).
-        schedule = torch.optim.lr_scheduler.LambdaLR(adam, lambda step: factor(step + 1))
+        self.configured_factor = schedule_factor(
+            name, int(opt["warmup_steps"]), total, float(opt["min_lr_ratio"])
+        )
+        # LambdaLR counts the steps taken from 0; update k (from 1) takes lr_factor(k).
+        schedule = torch.optim.lr_scheduler.LambdaLR(adam, lambda step: self.lr_factor(step + 1))
         return {"optimizer": adam, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    def lr_factor(self, step: int) -> float:
+        """The multiplier of the peak rate at update ``step`` (from 1): the configured schedule's,
+        or from where one was fitted to a time budget (``training/budget_fit.py``) the fitted one's."""
+        fitted = self.fitted_schedule
+        if fitted is not None and step >= fitted.start:
+            return fitted.factor(step)
+        return self.configured_factor(step)
 
     def _total_updates(self) -> int:
         """The run's optimizer updates, where the schedule decays to its floor.
@@ -630,6 +646,8 @@ class TranslationModule(L.LightningModule):
         checkpoint["rng"] = {"per_rank": gather_objects([rng_states(self.device)])}
         self.nonfinite.settle(self._trainer, wait=True)  # pending flags read, under this trainer's rank
         checkpoint["nonfinite"] = self.nonfinite.state_dict()
+        if self.fitted_schedule is not None:  # a resumed run keeps the schedule fitted to its budget
+            checkpoint["fitted_schedule"] = self.fitted_schedule.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         rng = checkpoint.get("rng")
@@ -641,6 +659,8 @@ class TranslationModule(L.LightningModule):
                 set_rng_states(rng, trainer.global_rank, trainer.world_size, trainer.strategy.root_device)
         if "nonfinite" in checkpoint:
             self.nonfinite.load_state_dict(checkpoint["nonfinite"])
+        if "fitted_schedule" in checkpoint:
+            self.fitted_schedule = FittedSchedule.from_state_dict(checkpoint["fitted_schedule"])
 
 
 def rng_states(device: torch.device) -> dict[str, Tensor]:

@@ -29,8 +29,9 @@ from data.corpora import parse_valid_sets
 from data.corpus import PROJECT_ROOT
 from fastpaths.optimize import optimize
 from training.attention_image import AttentionImage
-from training.averaging import average_checkpoints
+from training.averaging import average_checkpoints, write_average
 from training.budget import TimeBudgetCheck, max_time_seconds
+from training.budget_fit import BudgetFit, BudgetTimer, FitSettings
 from training.checkpoints import plan_checkpoints
 from training.ema import ExponentialMovingAverage
 from training.ending import FAILED, FINISHED, Ending, ending_after_fit, ending_of_exception
@@ -197,6 +198,19 @@ def make_loggers(cfg: DictConfig, output_dir: Path, resume: ResumePoint | None =
     if cls == "TensorBoardLogger" and resume is not None and resume.run_dir is not None:
         return [*loggers, instantiate(chosen, save_dir=str(resume.run_dir), purge_step=resume.global_step)]
     return [*loggers, instantiate(chosen)]
+
+
+def fit_settings(cfg: DictConfig) -> FitSettings:
+    """The ``schedule`` and ``validation`` settings of a run fitted to its budget (``schedule.fit``)."""
+    schedule, validation = cfg.get("schedule") or {}, cfg.get("validation") or {}
+    defaults = FitSettings()
+    return FitSettings(
+        warmup_fraction=float(schedule.get("warmup_fraction", defaults.warmup_fraction)),
+        average_fraction=float(schedule.get("average_fraction", defaults.average_fraction)),
+        refits=int(schedule.get("refits", defaults.refits)),
+        drift=float(schedule.get("drift", defaults.drift)),
+        max_share=float(validation.get("max_share", defaults.max_share)),
+    )
 
 
 def early_stopping(
@@ -441,12 +455,30 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
     stopping = cfg.early_stopping
     if stopping.patience is not None:
         callbacks.append(early_stopping(int(stopping.patience), float(stopping.min_delta), selection))
-    if cfg.train and cfg.trainer.get("max_time"):
-        max_time = cfg.trainer.max_time
-        budget_s = max_time_seconds(max_time if isinstance(max_time, str) else _to_plain_dict(max_time))
-        warmup, average = int(cfg.optimizer.warmup_steps), int(cfg.average_last)
-        callbacks.append(TimeBudgetCheck(budget_s, warmup, average, cfg.checkpoint.every_n_updates))
+    fitter = None
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
+    if cfg.train and cfg.trainer.get("max_time"):
+        max_time = trainer_cfg["max_time"]
+        budget_s = max_time_seconds(max_time)
+        warmup, average = int(cfg.optimizer.warmup_steps), int(cfg.average_last)
+        every_n = cfg.checkpoint.every_n_updates
+        fit = cfg.get("schedule", {}).get("fit", "none")
+        if fit == "budget":  # the schedule, the averaged weights and validation fitted to the budget
+            opt = cfg.optimizer
+            fitter = BudgetFit(
+                budget_s,
+                fit_settings(cfg),
+                opt.schedule,
+                int(opt.warmup_steps),
+                float(opt.min_lr_ratio),
+                average,
+                every_n,
+            )
+            callbacks += [fitter, BudgetTimer(duration=trainer_cfg.pop("max_time"), interval="step")]
+        elif fit == "none":
+            callbacks.append(TimeBudgetCheck(budget_s, warmup, average, every_n))
+        else:
+            raise ValueError(f"schedule.fit={fit!r} is not one of budget, none")
     ddp_timeout = trainer_cfg.pop("ddp_timeout", None)  # ours, not Trainer arguments
     rendezvous_timeout = trainer_cfg.pop("ddp_rendezvous_timeout", None)
     strategy = ddp_strategy(trainer_cfg.get("strategy", "auto"), ddp_timeout, rendezvous_timeout)
@@ -482,9 +514,16 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
             preempted = stop if isinstance(stop, Preempted) else preemption.preempted(trainer)
             logger.warning("%s", preempted)
             raise preempted from None
+    if fitter is not None and fitter.said:  # results.json: what the budget fit set, and why
+        record.fields.update(schedule_fit={**fitter.said, "averaged_updates": list(fitter.taken)})
     if cfg.train and not cfg.trainer.get("fast_dev_run"):
+        tail = None if fitter is None else fitter.average()
         paths = plan.to_average()
-        if paths and trainer.is_global_zero:
+        if tail is not None and trainer.is_global_zero:  # the weights of the budget's last part
+            template = plan.last.last_model_path or ckpt_dir / "last.ckpt"
+            averaged = write_average(tail, template, ckpt_dir / "averaged.ckpt", fitter.taken)
+            logger.info("averaged the weights of updates %s into %s", fitter.taken, averaged)
+        elif paths and trainer.is_global_zero:
             averaged = average_checkpoints(paths, ckpt_dir / "averaged.ckpt")
             logger.info("averaged %d checkpoints into %s", len(paths), averaged)
         test_ckpt = {

@@ -370,3 +370,28 @@ def test_a_mix_of_tagged_corpora_trains_records_its_counts_and_resumes_exactly(t
     resumed, _ = last_weights("b_second", 2, ["ckpt_path=last"], ckpt_run="a_first")
     for name in straight:
         torch.testing.assert_close(resumed[name], straight[name], rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.slow  # trains for its time budget
+def test_a_run_fitted_to_its_budget_says_records_and_averages_its_fit(toy, tmp_path, caplog):
+    """schedule.fit=budget: the fit is said in one line each time, recorded in results.json, and the
+    averaged checkpoint holds the weights of the budget's last part; the run stops at the limit."""
+    overrides = [*toy_overrides(*toy), "trainer.max_time=00:00:00:08", "trainer.max_epochs=200"]
+    overrides += [
+        "schedule.fit=budget",
+        "optimizer.warmup_steps=4000",
+        "average_last=3",
+        "test_ckpt=averaged",
+    ]
+    caplog.set_level(logging.INFO)
+    results = train(compose_config(overrides, tmp_path / "run"))
+    said = [r.getMessage() for r in caplog.records if r.name == "training.budget_fit"]
+    fits = [m for m in said if m.startswith("schedule fit")]
+    assert fits and all("the budget holds ~" in m and "warmup" in m for m in fits)
+    fit = json.loads((tmp_path / "run" / "results.json").read_text())["schedule_fit"]
+    assert fit == results["schedule_fit"] and fit["fitted"] and fit["warmup"] < 4000
+    assert fit["decay_end"] == fit["forecast_updates"] and fit["validate_every_epochs"] >= 1
+    averaged = torch.load(tmp_path / "run" / "checkpoints" / "averaged.ckpt", weights_only=True)
+    assert averaged["averaged_from"] == [f"update {u}" for u in fit["averaged_updates"]]
+    assert len(fit["averaged_updates"]) >= 2 and results["ending"] == "stopped early"
+    assert "test/bleu" in results

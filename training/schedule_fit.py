@@ -1,0 +1,160 @@
+"""A learning-rate schedule fitted to the updates a time-limited run will get (``schedule.fit: budget``).
+
+A schedule tuned for a long run wastes a short one: on a slow machine the recipe's 30 minutes end
+barely past its 600-update warmup, with the rate still near its peak and the averaged checkpoints
+taken during warmup. Under a fixed budget, a schedule that decays to its floor exactly where the
+budget ends does better (Li, Yumer & Ramanan, "Budgeted training", ICLR 2020). So once the run has
+measured its speed and forecast its updates ``U`` (``budget_fit.py``), :func:`fit_schedule` sets:
+
+* **the warmup**: at most ``warmup_fraction`` of ``U``, never more than ``optimizer.warmup_steps``
+  (where the run was fitted past that, still rising, it rises over as many updates more);
+* **the decay**: the configured shape (``linear`` or ``cosine``) reaching ``optimizer.min_lr_ratio``
+  at ``U``; ``inverse_sqrt`` stays the paper's where ``U`` holds the schedule (its warmup twice
+  over, and its averaged checkpoints' span twice over: ``budget.forecast``), and decays linearly to
+  the floor at ``U`` where it does not;
+* **the averaged weights**: ``average_last`` snapshots from the last ``average_fraction`` of ``U``:
+  at epoch ends where that many fall in it, else evenly spaced updates (:func:`average_points`).
+
+A :class:`FittedSchedule` is a list of segments from the update where it was fitted, starting at
+the rate the run had there, so that fitting, and fitting again when the measured speed drifts, never
+makes the rate jump. It is plain numbers (``state_dict``), saved in the checkpoint: a resumed run
+keeps it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+SHAPES = ("linear", "cosine")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """The multiplier from update ``start`` (``start_factor``) to update ``end`` (``end_factor``),
+    along ``shape``: ``linear``, or ``cosine`` (half a cosine)."""
+
+    start: int
+    end: int
+    start_factor: float
+    end_factor: float
+    shape: str = "linear"
+
+    def factor(self, step: int) -> float:
+        progress = min(1.0, max(0.0, (step - self.start) / max(self.end - self.start, 1)))
+        if self.shape == "cosine":
+            progress = 0.5 * (1.0 - math.cos(math.pi * progress))
+        return self.start_factor + (self.end_factor - self.start_factor) * progress
+
+
+@dataclass(frozen=True)
+class FittedSchedule:
+    """The multiplier of the peak rate from the update it was fitted at on: ``segments`` in order,
+    then ``floor``. Before ``segments[0].start`` the configured schedule applies."""
+
+    segments: tuple[Segment, ...]
+    floor: float
+
+    @property
+    def start(self) -> int:
+        return self.segments[0].start
+
+    @property
+    def end(self) -> int:
+        return self.segments[-1].end
+
+    def factor(self, step: int) -> float:
+        for segment in self.segments:
+            if step <= segment.end:
+                return segment.factor(step)
+        return self.floor
+
+    def state_dict(self) -> dict:
+        return {"segments": [asdict(s) for s in self.segments], "floor": self.floor}
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> FittedSchedule:
+        return cls(tuple(Segment(**s) for s in state["segments"]), float(state["floor"]))
+
+
+@dataclass(frozen=True)
+class Fit:
+    """What :func:`fit_schedule` decided, and why (for the log and ``results.json``).
+
+    Attributes:
+        schedule: the fitted schedule, or None where the configured one stays.
+        updates: the forecast updates ``U``.
+        warmup: the warmup's last update (the configured one where nothing was fitted).
+        shape: ``linear``, ``cosine``, or the configured name where nothing was fitted.
+        holds: whether ``U`` holds the configured schedule (``updates_needed``).
+    """
+
+    schedule: FittedSchedule | None
+    updates: int
+    warmup: int
+    shape: str
+    holds: bool
+
+
+def fit_schedule(
+    updates: int,
+    step: int,
+    current: float,
+    name: str,
+    warmup_steps: int,
+    min_ratio: float,
+    updates_needed: int,
+    warmup_fraction: float,
+    earlier: FittedSchedule | None = None,
+) -> Fit:
+    """The schedule from update ``step`` (whose multiplier is ``current``) to a forecast end.
+
+    Args:
+        updates: the forecast updates ``U`` of the whole run.
+        step: the updates done.
+        current: the multiplier the run is at.
+        name: the configured schedule (``inverse_sqrt``, ``linear``, ``cosine``).
+        warmup_steps: ``optimizer.warmup_steps``.
+        min_ratio: ``optimizer.min_lr_ratio``, the floor.
+        updates_needed: the updates the configured schedule needs (``budget.forecast``).
+        warmup_fraction: the fitted warmup's most, as a fraction of ``U``.
+        earlier: the schedule fitted before (a re-forecast keeps its warmup).
+
+    Returns:
+        The :class:`Fit`; its schedule starts at (``step``, ``current``).
+    """
+    holds = updates >= updates_needed
+    if name == "inverse_sqrt" and holds and earlier is None:
+        return Fit(None, updates, warmup_steps, name, True)
+    shape = name if name in SHAPES else "linear"
+    end = max(updates, step + 1)
+    warmup = (
+        earlier.segments[0].end if earlier is not None and earlier.segments[0].end_factor == 1.0 else None
+    )
+    if warmup is None:
+        warmup = min(warmup_steps, max(1, math.floor(warmup_fraction * updates)))
+        if current < 1.0 and warmup <= step:  # a budget so short the probe outlasted its warmup:
+            warmup = min(end - 1, step + warmup)  # rise to the peak over as many updates more
+    segments = []
+    if step < warmup < end:  # still warming up: up to the peak first, along a line
+        segments.append(Segment(step, warmup, current, 1.0))
+        segments.append(Segment(warmup, end, 1.0, min_ratio, shape))
+    else:
+        segments.append(Segment(step, end, current, min_ratio, shape))
+    return Fit(FittedSchedule(tuple(segments), min_ratio), updates, warmup, shape, holds)
+
+
+def average_points(updates: int, updates_per_epoch: int, average_last: int, fraction: float) -> list[int]:
+    """The updates whose weights are averaged: ``average_last`` of them in the last ``fraction``
+    of ``updates``, the last being ``updates``; at epoch ends where that many fall in the
+    window, else evenly spaced (where epochs are few). Empty for fewer than 2."""
+    if average_last < 2 or updates < 2:
+        return []
+    window = max(1, math.floor(fraction * updates))
+    first = updates - window
+    epoch_ends = [e for e in range(updates_per_epoch, updates + 1, updates_per_epoch) if e > first]
+    if len(epoch_ends) >= average_last:
+        return epoch_ends[-average_last:]
+    count = min(average_last, window + 1)
+    points = sorted({updates - round(i * window / max(count - 1, 1)) for i in range(count)})
+    return [p for p in points if p >= 1]
