@@ -47,10 +47,10 @@ class FitSettings:
         max_share: the share of the time validation may take.
     """
 
-    warmup_fraction: float = 0.1
+    warmup_fraction: float = 0.4
     average_fraction: float = 0.2
     refits: int = 3
-    drift: float = 0.1
+    drift: float = 0.03
     max_share: float = 0.1
 
     def __post_init__(self) -> None:
@@ -185,8 +185,13 @@ class BudgetFit(Callback):
                 f"~{needed.updates_needed:,} updates it needs"
             )
         else:
-            warm = f"warmup {fit.warmup} updates (optimizer.warmup_steps={self.warmup_steps}, at most "
-            warm += f"{self.settings.warmup_fraction:.0%} of the forecast), " if fit.warmup > step else ""
+            if fit.warmup > step:
+                warm = (
+                    f"warmup {fit.warmup} updates (optimizer.warmup_steps={self.warmup_steps}, at most "
+                    f"{self.settings.warmup_fraction:.0%} of the forecast), "
+                )
+            else:
+                warm = f"warmup {fit.warmup} updates (done), "
             schedule = (
                 f"{warm}then {fit.shape} to {self.min_ratio:g}x the peak at update {fit.schedule.end:,}"
                 + ("" if fit.holds else f" ({self.schedule} needs ~{needed.updates_needed:,})")
@@ -276,6 +281,9 @@ class BudgetFit(Callback):
             if self.refits < self.settings.refits:
                 self.refits += 1
                 self._fit(trainer, pl_module, updates, f"the speed drifted: forecast again ({self.refits})")
+        # The next forecast measures the speed from here: the latest updates, not the first
+        # epoch's (slower: every new batch shape makes its kernels then).
+        self._timed = (self.clock(), step, self._val_total)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         step = trainer.global_step

@@ -81,10 +81,10 @@ def test_the_fit_after_the_probe_sets_the_rate_the_run_then_takes_and_says_so(tm
     with caplog.at_level(logging.INFO, logger="training.budget_fit"):
         module, tick = _run(tmp_path, 40, fit, clock)
     # 6 updates in 6 s (5 timed); 94 s left, a tenth kept for validation: 6 + 84 = 90 updates, too
-    # few for warmup 50 twice over: warmup 9 (a tenth), then a line to 0 at update 90.
+    # few for warmup 50 twice over: warmup 36 (two fifths), then a line to 0 at update 90.
     assert fit.forecast_updates == 90
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("schedule fit")]
-    assert len(said) == 1 and "~90 updates" in said[0] and "warmup 9 updates" in said[0]
+    assert len(said) == 1 and "~90 updates" in said[0] and "warmup 36 updates" in said[0]
     assert "linear to 0x the peak at update 90" in said[0] and "inverse_sqrt needs ~100" in said[0]
     schedule = module.fitted_schedule
     assert schedule is not None and schedule.start == 7 and schedule.end == 90
@@ -92,7 +92,7 @@ def test_the_fit_after_the_probe_sets_the_rate_the_run_then_takes_and_says_so(tm
     for step, lr in tick.lrs.items():  # the rate each update took: the configured one, then the fit's
         expected = configured(step) if step < 7 else schedule.factor(step)
         assert lr == pytest.approx(3e-3 * expected), step
-    assert fit.said["forecast_updates"] == 90 and fit.said["warmup"] == 9 and fit.said["fitted"]
+    assert fit.said["forecast_updates"] == 90 and fit.said["warmup"] == 36 and fit.said["fitted"]
     assert fit.points == [72, 81, 90]  # the last fifth of 90 updates; the run stopped at 40: none taken
     assert fit.average() is None
 
