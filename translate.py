@@ -18,6 +18,7 @@ writing. The work is in the ``translation`` package (its Python API):
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import os
 import sys
@@ -37,6 +38,14 @@ from fastpaths.hardware import bf16_capability
 from fastpaths.optimize import optimize
 from fastpaths.packed import bound_kernel_caches
 from translation.checkpoint import CheckpointError
+from translation.parts import (
+    FILE_PART_LINES,
+    count_lines,
+    file_parts,
+    parse_shard,
+    resume_lines,
+    resume_nbest,
+)
 from translation.stream import line_chunks
 from translation.translator import DEFAULT_MAX_TOKENS, Score, SearchOptions, Translation, Translator
 from translation.workers import WorkerPool
@@ -119,8 +128,14 @@ def build_parser() -> argparse.ArgumentParser:
     io.add_argument(
         "--references",
         metavar="FILE",
-        help="reference translations, one per input line: after translating, print sacreBLEU and "
-        "chrF with their signatures to stderr",
+        help="reference translations, one per input line: after translating, print sacreBLEU, chrF "
+        "and TER with their signatures to stderr",
+    )
+    io.add_argument(
+        "--bleu-tokenize",
+        metavar="NAME",
+        help="sacreBLEU's tokenizer for --references' BLEU (13a, intl, char, zh, ja-mecab, ...; "
+        "default: sacreBLEU's choice for the target language: zh, ja-mecab, ko-mecab, else 13a)",
     )
     io.add_argument(
         "--score-references",
@@ -134,9 +149,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--buffer-size",
         type=int,
         metavar="N",
-        help="stdin: translate at most N lines at a time, and never wait for more once the lines that "
-        "have arrived are taken (default: 1 on a terminal, else no limit: input that is all there "
-        "is batched as a whole)",
+        help="translate at most N lines at a time, writing each part's lines before reading the next. "
+        f"--input FILE: parts of N lines (default: {FILE_PART_LINES}); stdin: never wait for more "
+        "once the lines that have arrived are taken (default: 1 on a terminal, else no limit: input "
+        "that is all there is batched as a whole)",
+    )
+    io.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted --output file: keep its complete lines, skip the input lines "
+        "they answer, append the rest (--nbest-output too)",
+    )
+    io.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="translate the I-th of N shards of --input FILE (I from 0): its parts of --buffer-size "
+        "lines I, I+N, I+2N, ...; python3 -m translation.parts interleaves the N outputs into one",
     )
     search = parser.add_argument_group("search")
     search.add_argument(
@@ -356,6 +384,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--nbest {args.nbest} is larger than --beam-size {args.beam_size}")
     if args.sentences and args.input is not None:
         parser.error("give sentences as arguments or --input, not both")
+    if args.shard is not None:
+        try:
+            args.shard = parse_shard(args.shard)
+        except ValueError as err:
+            parser.error(str(err))
+        if args.input in (None, "-"):
+            parser.error("--shard splits an --input FILE: give one")
+    if args.resume and not args.output:
+        parser.error("--resume continues an --output FILE: give one")
+    for option, value in (("--resume", args.resume), ("--shard", args.shard)):
+        if value and args.references:
+            parser.error(f"--references scores the whole output: drop {option}, then score the file")
+        if value and args.attention_dir:
+            parser.error(f"--attention-dir draws the lines translated in one run: drop {option}")
     if args.attention_heads and not args.attention_dir:
         parser.error("--attention-heads needs --attention-dir")
     if args.score_references:
@@ -411,8 +453,17 @@ def input_chunks(args: argparse.Namespace) -> tuple[Parts, str, int | None]:
         lines = decode_lines(b"\n".join(raw) + b"\n", "<arguments>", LineMode.LOSSLESS)
         return iter([(1, lines)]), "<arguments>", len(lines)
     if args.input is not None and args.input != "-":
-        lines = decode_lines(read_file(args.input, "--input"), args.input, LineMode.LOSSLESS)
-        return iter([(1, lines)] if lines else []), args.input, len(lines)
+        # A part at a time (translation/parts.py); a regular file's lines are counted first, a
+        # named pipe (bash's <(...)) can be read once only.
+        regular = Path(args.input).is_file()
+        if regular:
+            try:
+                Path(args.input).open("rb").close()
+            except OSError as err:
+                raise UsageError(f"--input {args.input}: {err.strerror or err}") from None
+        shard = args.shard or (0, 1)
+        parts = file_parts(args.input, args.buffer_size or FILE_PART_LINES, shard, args.skip_lines)
+        return parts, args.input, count_lines(args.input) if regular and shard == (0, 1) else None
     terminal = sys.stdin.isatty()
     if terminal:
         logger.info("reading sentences from the terminal, one per line; end with Ctrl-D")
@@ -453,13 +504,13 @@ def read_file(path: str, option: str) -> bytes:
 
 
 @contextmanager
-def output(path: str | None) -> Iterator[BinaryIO]:
-    """Where lines go: stdout's bytes, or ``path`` opened for writing."""
+def output(path: str | None, append: bool = False) -> Iterator[BinaryIO]:
+    """Where lines go: stdout's bytes, or ``path`` opened for writing (appending: ``--resume``)."""
     if path is None:
         yield sys.stdout.buffer
         return
     try:
-        f = open(path, "wb")  # noqa: SIM115 (closed below)
+        f = open(path, "ab" if append else "wb")  # noqa: SIM115 (closed below)
     except OSError as err:
         raise UsageError(f"cannot write {path}: {err.strerror or err}") from None
     with f:
@@ -570,6 +621,19 @@ def run(args: argparse.Namespace) -> None:
         translate_input(args, translator, pool)
 
 
+def _peek(chunks: Iterator[tuple[int, list[str]]]) -> tuple[Iterator[tuple[int, list[str]]], int | None]:
+    """``chunks`` as they were, and the number of the first line they hold (None: none)."""
+    first = next(chunks, None)
+    if first is None:
+        return iter([]), None
+    return itertools.chain([first], chunks), first[0]
+
+
+def first_sample(hyps: list[Translation]) -> Translation:
+    """A sampled line's first sample (``Translation.sample`` 0), whatever its score."""
+    return min(hyps, key=lambda h: h.sample if h.sample is not None else 0)
+
+
 def read_aligned(path: str | None, option: str) -> list[str] | None:
     """The lines of a file given with ``option`` (one per input line), or None."""
     return None if path is None else decode_lines(read_file(path, option), path, LineMode.LOSSLESS)
@@ -581,18 +645,32 @@ def translate_input(args: argparse.Namespace, translator: Translator, pool: Work
     references = read_aligned(args.references, "--references")
     prefixes = read_aligned(args.prefix, "--prefix")
     options = search_options(args)
+    args.skip_lines = resume_lines(args.output) if args.resume else 0  # complete lines kept
     chunks, name, known = input_chunks(args)
     if known is not None:  # before translating, where the input's length is known
         same_count(references, f"--references {args.references}", known, name)
         same_count(prefixes, f"--prefix {args.prefix}", known, name)
-    hypotheses: list[str] = []
+    if args.resume:
+        chunks, first_left = _peek(chunks)
+        if args.nbest_output:
+            resume_nbest(args.nbest_output, sys.maxsize if first_left is None else first_left)
+        logger.info(
+            "--resume: %s holds %d complete lines; %s",
+            args.output,
+            args.skip_lines,
+            "nothing left to translate" if first_left is None else f"translating from line {first_left}",
+        )
+    hypotheses: list[str] = []  # kept for --references only: an --input of millions of lines is not held
+    n_lines = 0
     plotted: tuple[list[list[int]], list[list[Translation]]] = ([], [])
     n_real = n_tokens = 0
     start = time.perf_counter()
     show = not args.quiet and sys.stderr.isatty()
     with ExitStack() as stack:
-        out = stack.enter_context(output(args.output))
-        nbest_out = stack.enter_context(output(args.nbest_output)) if args.nbest_output else None
+        out = stack.enter_context(output(args.output, append=args.resume))
+        nbest_out = (
+            stack.enter_context(output(args.nbest_output, append=args.resume)) if args.nbest_output else None
+        )
         bar = stack.enter_context(tqdm(unit="sent", file=sys.stderr, disable=not show, desc="translate"))
         for first, lines in chunks:
             aligned_lines(references, f"--references {args.references}", first, len(lines), name)
@@ -609,11 +687,18 @@ def translate_input(args: argparse.Namespace, translator: Translator, pool: Work
                 pool=pool,
                 prefixes=None if forced is None else translator.encode_prefixes(forced, args.prefix, first),
             )
-            best = [hyps[0].text if hyps else "" for hyps in results]
+            # With sampling, a line's output is its first sample (every sample is a fair draw; the
+            # likeliest of several is not), and the n-best file keeps them all.
+            best = [
+                (hyps[0] if not options.sampling else first_sample(hyps)).text if hyps else ""
+                for hyps in results
+            ]
             write_lines(best, out)
             if nbest_out is not None:
                 write_lines(nbest_rows(results, first), nbest_out)
-            hypotheses.extend(best)
+            n_lines += len(best)
+            if references is not None:
+                hypotheses.extend(best)
             if args.attention_dir:
                 plotted[0].extend(sources)
                 plotted[1].extend(results)
@@ -622,14 +707,15 @@ def translate_input(args: argparse.Namespace, translator: Translator, pool: Work
     seconds = time.perf_counter() - start
     logger.info(
         "translated %d lines (%d non-empty) in %.1f s: %.1f sentences/s, %.0f output tokens/s",
-        len(hypotheses),
+        n_lines,
         n_real,
         seconds,
         n_real / max(seconds, 1e-9),
         n_tokens / max(seconds, 1e-9),
     )
-    same_count(references, f"--references {args.references}", len(hypotheses), name)
-    same_count(prefixes, f"--prefix {args.prefix}", len(hypotheses), name)
+    if not (args.resume or args.shard):  # a shard, or the rest of a run, answers part of the input
+        same_count(references, f"--references {args.references}", n_lines, name)
+        same_count(prefixes, f"--prefix {args.prefix}", n_lines, name)
     if args.attention_dir:
         from translation.attention_plot import write_attention  # matplotlib only when asked for
 
@@ -642,7 +728,11 @@ def translate_input(args: argparse.Namespace, translator: Translator, pool: Work
     if references is not None:
         from translation.metrics import corpus_scores  # sacrebleu only when asked for
 
-        sys.stderr.write(corpus_scores(hypotheses, references).report() + "\n")
+        try:
+            scores = corpus_scores(hypotheses, references, translator.tgt_lang, args.bleu_tokenize)
+        except ValueError as err:  # a tokenizer that cannot be used here: the translations are written
+            raise UsageError(f"--references: {err}") from None
+        sys.stderr.write(scores.report() + "\n")
         sys.stderr.flush()
 
 

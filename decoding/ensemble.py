@@ -4,8 +4,9 @@ An ensemble of M models with weights w_1..w_M (summing to 1) scores a next token
 
     log p(y | x, y_<t) = sum_m w_m log p_m(y | x, y_<t)
 
-at every step, each model with its own encoder output and decoder caches (fairseq, Marian and
-Sockeye combine in log space too). The members may differ in size and attention mechanism; they
+at every step, each model with its own encoder output and decoder caches: a log-linear
+combination, as Marian's and OpenNMT-py's default (fairseq, and Sockeye by default, average the
+probabilities instead). The members may differ in size and attention mechanism; they
 must share the target vocabulary and the special ids, which :class:`Ensemble` checks. The search
 (``search.py``, ``sampling.py``) and forced scoring (``scoring.py``) take an ``Ensemble`` wherever
 they take one ``Transformer``. Cost: M times one model's, and M sets of caches.

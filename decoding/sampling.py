@@ -169,6 +169,6 @@ def sample(
             row = rows[r][:limit]
             ids = row[: row.index(eos_id)] if eos_id in row else row
             lp = log_probs[r]
-            hyps.append(Hypothesis(ids, lp / length_penalty(len(ids) + 1, alpha), lp))
+            hyps.append(Hypothesis(ids, lp / length_penalty(len(ids) + 1, alpha), lp, r - i * nsamples))
         results.append(sorted(hyps, key=lambda h: -h.score))
     return results

@@ -60,11 +60,13 @@ PLAIN = SearchKernels()
 
 @dataclass
 class Hypothesis:
-    """One output: token ids (no BOS/EOS), its length-normalised score and raw log-probability."""
+    """One output: token ids (no BOS/EOS), its length-normalised score and raw log-probability,
+    and, drawn by sampling, which sample of its sentence it is (0 the first; None: searched)."""
 
     tokens: list[int]
     score: float
     log_prob: float
+    sample: int | None = None
 
 
 def length_penalty(length: int, alpha: float) -> float:

@@ -82,12 +82,14 @@ class Translation:
         tokens: target ids without BOS and EOS.
         score: length-normalised log-probability (NaN for greedy search).
         log_prob: raw log-probability (NaN for greedy search).
+        sample: with sampling, which sample of the sentence it is (0 the first drawn); else None.
     """
 
     text: str
     tokens: list[int]
     score: float
     log_prob: float
+    sample: int | None = None
 
 
 @dataclass
@@ -303,7 +305,7 @@ class Translator:
             texts = self.tgt_tokenizer.decode([h.tokens for h in hyps]) if hyps else []
             results.append(
                 [
-                    Translation(one_line(text).strip(), h.tokens, h.score, h.log_prob)
+                    Translation(one_line(text).strip(), h.tokens, h.score, h.log_prob, h.sample)
                     for text, h in zip(texts, hyps, strict=True)
                 ]
             )
