@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
 import os
 import shutil
@@ -33,6 +34,8 @@ INSTALL = 'python3 -m pip install -e ".[export]"'
 # The package each format needs (both are in the ``export`` extra).
 NEEDS = {"ctranslate2": "ctranslate2", "huggingface": "transformers"}
 EXAMPLE_SOURCES = {"de": "Ein Hund rennt über die Wiese.", "en": "A dog runs across the meadow."}
+# A model of several target languages: each language's source tag, in the export folder.
+TAGS_FILE = "target_tags.json"
 
 
 class ExportError(Exception):
@@ -75,27 +78,38 @@ def check_extra(fmt: str) -> None:
 
 
 def usage(fmt: str, checkpoint: InferenceCheckpoint, name: str) -> str:
-    """A Python snippet that loads the export from folder ``name`` and translates one sentence."""
+    """A Python snippet that loads the export from folder ``name`` and translates one sentence
+    (into each target language, with its tag, for a model of several)."""
     sentence = EXAMPLE_SOURCES.get(checkpoint.src_lang, "<a sentence>")
+    tags = checkpoint.target_tags
+    if tags:  # the target language's tag before the source, as translate.py --target-lang puts it
+        first = sorted(tags)[0]
+        head = (
+            f'tags = json.load(open(f"{{model_dir}}/{TAGS_FILE}"))  # {tags}\n'
+            f'sentences = [tags[{first!r}] + " " + {sentence!r}]  # into {first}; any of {sorted(tags)}\n'
+        )
+        imports = "import json\n"
+    else:
+        head, imports = f"sentences = [{sentence!r}]\n", ""
     if fmt == "ctranslate2":
         return f"""
-import ctranslate2
+{imports}import ctranslate2
 import sentencepiece as spm
 
 model_dir = "{name}"
 translator = ctranslate2.Translator(model_dir, device="cpu")  # computes in the exported weights' type
 source = spm.SentencePieceProcessor(model_file=f"{{model_dir}}/source.spm")
 target = spm.SentencePieceProcessor(model_file=f"{{model_dir}}/target.spm")
-results = translator.translate_batch(source.encode([{sentence!r}], out_type=str), beam_size=5)
+{head}results = translator.translate_batch(source.encode(sentences, out_type=str), beam_size=5)
 print([target.decode(r.hypotheses[0]) for r in results])
 """
     return f"""
-from transformers import MarianMTModel, MarianTokenizer
+{imports}from transformers import MarianMTModel, MarianTokenizer
 
 model_dir = "{name}"  # or its hub id once uploaded
 tokenizer = MarianTokenizer.from_pretrained(model_dir)
 model = MarianMTModel.from_pretrained(model_dir)
-batch = tokenizer([{sentence!r}], return_tensors="pt", padding=True)
+{head}batch = tokenizer(sentences, return_tensors="pt", padding=True)
 print(tokenizer.batch_decode(model.generate(**batch, num_beams=5), skip_special_tokens=True))
 """
 
@@ -110,7 +124,12 @@ def non_softmax_attention(checkpoint: InferenceCheckpoint) -> str:
 
 
 def write_export(checkpoint: InferenceCheckpoint, fmt: str, directory: Path, quantization: str) -> None:
-    """The model and its SentencePiece models, in ``directory`` (the card is written after)."""
+    """The model, its SentencePiece models and, for a model of several target languages, their
+    tags (``target_tags.json``), in ``directory`` (the card is written after)."""
+    if checkpoint.target_tags:
+        (directory / TAGS_FILE).write_text(
+            json.dumps(checkpoint.target_tags, indent=2, sort_keys=True) + "\n"
+        )
     if fmt == "ctranslate2":
         from translation.export.ctranslate2 import to_ctranslate2
 

@@ -86,8 +86,15 @@ def card_facts(checkpoint_path: str | os.PathLike) -> CardFacts:
     return facts
 
 
+def target_languages(checkpoint: InferenceCheckpoint) -> list[str]:
+    """Every language the model translates into: its target tags' (a model of several), else its one."""
+    return sorted(checkpoint.target_tags) or [lang for lang in [checkpoint.tgt_lang] if lang]
+
+
 def _front_matter(checkpoint: InferenceCheckpoint, facts: CardFacts, library: str) -> str:
-    langs = [lang for lang in (checkpoint.src_lang, checkpoint.tgt_lang) if lang]
+    langs = list(
+        dict.fromkeys([*[checkpoint.src_lang] * bool(checkpoint.src_lang), *target_languages(checkpoint)])
+    )
     lines = ["---", "language:", *[f"- {lang}" for lang in langs]]
     lines += ["license: other" if facts.multi30k else "license: <fill in>", f"library_name: {library}"]
     lines += ["pipeline_tag: translation", "tags:", "- translation", "- nmt-transformer"]
@@ -112,7 +119,16 @@ def model_card(
         quantization: the exported weights' type.
     """
     cfg = checkpoint.model.cfg
-    src, tgt = checkpoint.src_lang or "<source>", checkpoint.tgt_lang or "<target>"
+    src, tgt = checkpoint.src_lang or "<source>", ", ".join(target_languages(checkpoint)) or "<target>"
+    tags = checkpoint.target_tags
+    languages = (
+        "\n\nOne model for several target languages: each source starts with its target language's "
+        "tag and a space, "
+        + ", ".join(f"`{tag}` for {lang}" for lang, tag in sorted(tags.items()))
+        + " (`target_tags.json`; `translate.py --target-lang` puts it there)."
+        if tags
+        else ""
+    )
     vocab = (
         f"one joint SentencePiece vocabulary of {cfg.tgt_vocab_size} pieces"
         if checkpoint.src_tokenizer is checkpoint.tgt_tokenizer
@@ -152,7 +168,7 @@ An encoder-decoder Transformer (Vaswani et al., 2017) trained with nmt-transform
 with `python3 -m translation.export --format {fmt}`. {checkpoint.model.num_parameters():,} parameters:
 d_model {cfg.d_model}, {cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers, {cfg.n_heads} heads, \
 feed-forward {cfg.d_ff}, {"pre-LN" if cfg.norm_first else "post-LN"}; {vocab} (`source.spm`, `target.spm`).
-{fidelity}
+{fidelity}{languages}
 
 ## Results
 

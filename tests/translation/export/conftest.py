@@ -91,3 +91,30 @@ def toy_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]
         fields = inference_fields(src_proto, tgt_proto, "de", "en")
         paths[name] = write_checkpoint(out / f"{name}.ckpt", model, fields)
     return paths
+
+
+TAGS = {"de": "<2de>", "fr": "<2fr>"}
+
+
+@pytest.fixture(scope="session")
+def multilingual_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny en→{de,fr} checkpoint: one joint word-level vocabulary holding the tags ``<2de>`` and
+    ``<2fr>``, each source tagged with its target language, trained briefly on both directions."""
+    torch.set_num_threads(1)
+    pairs = toy_pairs(200, seed=1)
+    tagged = [(f"{TAGS['de']} {t}", s) for s, t in pairs[:100]] + [
+        (f"{TAGS['fr']} {t}", t[::-1]) for _, t in pairs[100:]
+    ]
+    proto = train_word_spm([s for s, _ in tagged] + [t for _, t in tagged])
+    size = SubwordTokenizer(proto).vocab_size
+    torch.manual_seed(5)
+    model = tiny_model(
+        src_vocab_size=size,
+        tgt_vocab_size=size,
+        share_embeddings=True,
+        tie_output=True,
+        max_positions=MAX_POSITIONS,
+    )
+    train_briefly(model, proto, proto, tagged)
+    fields = inference_fields(proto, None, "en", "de", target_tags=TAGS)
+    return write_checkpoint(tmp_path_factory.mktemp("multilingual") / "en_defr.ckpt", model, fields)
