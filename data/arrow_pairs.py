@@ -22,6 +22,7 @@ import pyarrow as pa
 from datasets.table import InMemoryTable
 
 from data.atomic import atomic_write
+from data.filters import PairFilter
 
 # The columns of every split: the row's line number (0-based, before filtering), source, target.
 FEATURES = datasets.Features(
@@ -38,6 +39,7 @@ class SplitStats:
         kept: pairs written.
         empty: pairs dropped for an empty side.
         blank: pairs dropped for a whitespace-only side.
+        filtered: pairs dropped by ``data.filters``, by reason (:mod:`data.filters`).
         digest: sha256 (hex) of the written ``id``, ``src`` and ``tgt`` columns.
         seconds: wall time per stage, ``{"read": ..., "filter": ...}``; ``read`` includes decoding
             and writing, ``filter`` only the blank-pair checks.
@@ -47,6 +49,7 @@ class SplitStats:
     kept: int = 0
     empty: int = 0
     blank: int = 0
+    filtered: dict[str, int] = field(default_factory=dict)
     digest: str = ""
     seconds: dict[str, float] = field(default_factory=lambda: {"read": 0.0, "filter": 0.0})
 
@@ -81,6 +84,7 @@ def write_pairs(
     path: Path | None,
     drop_blank: bool,
     src_prefix: str = "",
+    pair_filter: PairFilter | None = None,
 ) -> tuple[datasets.Dataset, SplitStats]:
     """Write blocks of pairs to an Arrow stream file (or an in-memory table) and open it.
 
@@ -93,6 +97,7 @@ def write_pairs(
         drop_blank: drop pairs with an empty or whitespace-only side (training split).
         src_prefix: text put before every source kept (tags such as ``"<2fr> "``), after the
             blank check.
+        pair_filter: ``data.filters`` applied after the blank check (training split), counted.
 
     Returns:
         The split, memory-mapped from ``path`` where given, and its :class:`SplitStats`.
@@ -101,13 +106,13 @@ def write_pairs(
     tick = time.perf_counter()
     if path is None:
         in_memory: list[pa.RecordBatch] = []
-        _write_blocks(blocks, in_memory.append, drop_blank, stats, src_prefix)
+        _write_blocks(blocks, in_memory.append, drop_blank, stats, src_prefix, pair_filter)
         dataset = datasets.Dataset(
             InMemoryTable(pa.Table.from_batches(in_memory, schema=FEATURES.arrow_schema))
         )
     else:
         with atomic_write(path) as f, pa.ipc.new_stream(f, FEATURES.arrow_schema) as writer:
-            _write_blocks(blocks, writer.write_batch, drop_blank, stats, src_prefix)
+            _write_blocks(blocks, writer.write_batch, drop_blank, stats, src_prefix, pair_filter)
         dataset = datasets.Dataset.from_file(str(path))
     stats.seconds["read"] = time.perf_counter() - tick - stats.seconds["filter"]
     return dataset, stats
@@ -119,6 +124,7 @@ def _write_blocks(
     drop_blank: bool,
     stats: SplitStats,
     src_prefix: str = "",
+    pair_filter: PairFilter | None = None,
 ) -> None:
     """Filter, hash and hand each block to ``write`` as one record batch; fill in ``stats``."""
     schema = FEATURES.arrow_schema
@@ -133,7 +139,12 @@ def _write_blocks(
             keep, empty, blank = blank_mask(sources, targets)
             stats.empty += empty
             stats.blank += blank
-            if empty or blank:
+            if pair_filter is not None:  # on what the blank check kept
+                keep[keep] = pair_filter.keep(
+                    [s for s, k in zip(sources, keep, strict=True) if k],
+                    [t for t, k in zip(targets, keep, strict=True) if k],
+                )
+            if not keep.all():
                 ids = np.asarray(ids)[keep]
                 sources = [s for s, k in zip(sources, keep, strict=True) if k]
                 targets = [t for t, k in zip(targets, keep, strict=True) if k]
@@ -151,6 +162,8 @@ def _write_blocks(
         stats.kept += n if not drop_blank else len(sources)
         write(batch)
     stats.digest = h.hexdigest()
+    if pair_filter is not None:
+        stats.filtered = {k: v for k, v in pair_filter.counts.items() if v}
 
 
 def iter_record_batches(dataset: datasets.Dataset) -> Iterator[pa.RecordBatch]:

@@ -234,7 +234,8 @@ class TokenBucketBatchSampler(Sampler[list[int]]):
 
     def _plan_segments(self) -> tuple[list[tuple[int, int]], int]:
         """Batch boundaries ``[start, end)`` in sorted order, and how many batches to repeat."""
-        order = self._sorted_order(None)
+        # Mixed corpora: the longest example each position can hold in any epoch's draw.
+        order = self.mix.widest_order() if self.mix is not None else self._sorted_order(None)
         widths = np.maximum(self.src_lengths, self.tgt_lengths)[order]  # ascending
         if self.length_buckets is not None:  # still ascending: the buckets keep the order
             widths = self.length_buckets.bucket(widths)

@@ -31,8 +31,9 @@ from data.corpora import (
     valid_split_key,
 )
 from data.corpus import MULTI30K_HUB_ID, SPLITS
+from data.filters import PairFilters
 from data.length_buckets import LengthBuckets, bucketed_padding, distinct_shapes
-from data.mixing import CorpusMix
+from data.mixing import CorpusMix, corpus_weights
 from data.prepared import BAD_LINES, PreparedCorpus, drop_long_pairs, prepare_corpus
 from data.sampling import SampledPairs
 from data.tokenized import tokenize_split
@@ -141,6 +142,9 @@ class TranslationDataModule(L.LightningDataModule):
         bad_lines: a training line of a local file with invalid UTF-8 or a NUL byte is an
             ``"error"`` naming the file and line, or its pair is dropped (``"skip"``), counted and
             logged by file and line (:func:`data.prepared.prepare_corpus`).
+        filters: ``data.filters``, which training pairs to drop where each training corpus is read
+            (:class:`data.filters.PairFilters` fields; None: none), counted per corpus
+            (:attr:`filtered`).
         corpora: the training corpora, mixed by weight, each a mapping of
             :class:`data.corpora.TrainingCorpus` fields; ``None`` or empty: the training split of
             the corpus above. The test split is always the corpus above's.
@@ -185,7 +189,9 @@ class TranslationDataModule(L.LightningDataModule):
         cache_dir: str | None = None,
         run_dir: str | None = None,
         bad_lines: str = "error",
+        filters: dict | None = None,
         corpora: list[dict] | None = None,
+        corpora_temperature: float | None = None,
         target_lang_tags: bool = False,
         valid_sets: list[dict] | None = None,
     ) -> None:
@@ -223,9 +229,23 @@ class TranslationDataModule(L.LightningDataModule):
         if bad_lines not in BAD_LINES:
             raise ValueError(f"data.bad_lines must be one of {', '.join(BAD_LINES)}, not {bad_lines!r}")
         self.bad_lines = bad_lines
+        self.filters = PairFilters.from_dict(filters)  # refused at once, naming the key
+        self.filtered: dict[str, dict[str, int]] = {}  # per training corpus: pairs dropped by reason
         self.target_lang_tags = target_lang_tags
         self.listed = bool(corpora)  # an explicit list of training corpora
         self.corpora = parse_corpora(corpora, src_lang, tgt_lang, data_dir, hub_id, hub_config, train_split)
+        self.corpora_temperature = corpora_temperature
+        if corpora_temperature is not None:
+            if not corpora_temperature >= 1:
+                raise ValueError(
+                    f"data.corpora_temperature must be null or at least 1, not {corpora_temperature}"
+                )
+            weighted = [i for i, c in enumerate(self.corpora) if c.weight != 1]
+            if weighted:
+                raise ValueError(
+                    f"data.corpora[{weighted[0]}].weight is set and so is data.corpora_temperature, "
+                    "which chooses the weights: give one of them"
+                )
         self.valid_sets = parse_valid_sets(
             valid_sets, src_lang, tgt_lang, data_dir, hub_id, hub_config, valid_split
         )
@@ -336,6 +356,7 @@ class TranslationDataModule(L.LightningDataModule):
             "fallback_hub_id": self.fallback_hub_id,
             "cache_dir": self.cache_dir,
             "bad_lines": self.bad_lines,
+            "filters": self.filters,
         }
         # The main corpus gives what no list replaces: its training split unless data.corpora lists
         # the training corpora, its validation split unless data.valid_sets lists the validation
@@ -372,6 +393,7 @@ class TranslationDataModule(L.LightningDataModule):
             )
 
         parts = [one_split(c, "train") for c in self.corpora] if self.listed else [main]
+        self.filtered = {c.name: p.filtered for c, p in zip(self.corpora, parts, strict=True) if p.filtered}
         valid = [one_split(v, "validation") for v in self.valid_sets]
         for part in {id(p): p for p in [main, *parts, *valid]}.values():
             for stage, value in part.seconds.items():
@@ -396,14 +418,16 @@ class TranslationDataModule(L.LightningDataModule):
             src_len: ``[N]`` source widths.
             tgt_len: ``[N]`` target widths.
         """
+        pairs = np.bincount(corpus_of, minlength=len(self.corpora))
         weights = [c.weight for c in self.corpora]
+        if self.corpora_temperature is not None:  # shares proportional to pairs ** (1 / T)
+            weights = corpus_weights(pairs.tolist(), self.corpora_temperature)
         keys = TokenBucketBatchSampler.length_keys(src_len, tgt_len)
         self._mix = None if all(w == 1 for w in weights) else CorpusMix(corpus_of, weights, keys)
-        pairs = np.bincount(corpus_of, minlength=len(weights))
         per_epoch = pairs if self._mix is None else self._mix.per_corpus
         self.corpus_summary = [
-            {"name": c.name, "pairs": int(n), "weight": c.weight, "per_epoch": int(e), "tag": c.tag}
-            for c, n, e in zip(self.corpora, pairs, per_epoch, strict=True)
+            {"name": c.name, "pairs": int(n), "weight": round(w, 6), "per_epoch": int(e), "tag": c.tag}
+            for c, n, w, e in zip(self.corpora, pairs, weights, per_epoch, strict=True)
         ]
         if self.listed:
             logger.info(
@@ -463,6 +487,14 @@ class TranslationDataModule(L.LightningDataModule):
         """The split keys validated, in the order of :meth:`val_dataloader`'s loaders:
         ``["validation/<name>", ...]`` for ``valid_sets``, else ``["validation"]``."""
         return [v.split_key for v in self.valid_sets] or [valid_split_key(None)]
+
+    def split_target_lang(self, split: str) -> str:
+        """The target language of a split's references (a validation set's own, else ``tgt_lang``):
+        what chooses BLEU's tokenizer (``common.metrics``)."""
+        for v in self.valid_sets:
+            if v.split_key == split and v.tgt_lang:
+                return v.tgt_lang
+        return self.tgt_lang
 
     @property
     def valid_set_names(self) -> list[str]:

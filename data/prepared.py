@@ -13,7 +13,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
@@ -38,6 +38,7 @@ from data.corpus import (
     _split_names,
     resolve_corpus_source,
 )
+from data.filters import PairFilter, PairFilters
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,10 @@ _CORPUS_CACHE_VERSION = "2"  # 2: \\r\\n read as a line end in every file
 BAD_LINES = ("error", "skip")
 # The last file written into a corpus cache entry; the entry is complete once it exists.
 _COMPLETE = "complete.json"
+
+
+def _said(filtered: dict[str, int]) -> str:
+    return ", ".join(f"{n:,} pairs ({reason})" for reason, n in filtered.items())
 
 
 def drop_long_pairs(
@@ -90,12 +95,14 @@ class PreparedCorpus:
         digests: per split, a sha256 of its columns: equal digests, equal content.
         seconds: wall time of this call's ``read`` and ``filter`` stages (zero when reused).
         reused: the splits came from a complete cache entry; nothing was read.
+        filtered: training pairs ``data.filters`` dropped, by reason.
     """
 
     splits: datasets.DatasetDict
     digests: dict[str, str]
     seconds: dict[str, float]
     reused: bool
+    filtered: dict[str, int] = field(default_factory=dict)
 
 
 def _source_key(
@@ -106,6 +113,7 @@ def _source_key(
     bad_lines: str,
     prefix: str,
     which_splits: Sequence[str],
+    filters: PairFilters | None = None,
 ) -> str:
     settings = {
         "version": _CORPUS_CACHE_VERSION,
@@ -116,6 +124,8 @@ def _source_key(
         "source": [str(source.data_dir), source.hub_id, source.hub_config, list(source.splits)],
         "identity": identity,
     }
+    if filters is not None and filters.active:  # entries made before filters existed keep their key
+        settings["filters"] = filters.key()
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -139,6 +149,7 @@ def prepare_corpus(
     bad_lines: str = "error",
     which_splits: Sequence[str] = SPLITS,
     src_prefix: str = "",
+    filters: PairFilters | None = None,
 ) -> PreparedCorpus:
     """Stream a parallel corpus into Arrow, drop blank training pairs, cache it; or reuse the cache.
 
@@ -174,6 +185,8 @@ def prepare_corpus(
             training pairs has no others); the others are neither read nor required.
         src_prefix: text put before every source sentence of every split read, e.g. the tags
             ``"<BT> "`` or ``"<2fr> "`` (after the blank check; part of the cache key).
+        filters: ``data.filters`` for the training split (:mod:`data.filters`; part of the cache
+            key), each reason counted in the log.
 
     Raises:
         CorpusNotFoundError: the chosen source cannot be read; when it is the fallback, the
@@ -228,8 +241,11 @@ def prepare_corpus(
         def origin(name: str) -> str:
             return f"{source.hub_id} split {names[name]}"
 
+    filters = filters or PairFilters()
+
     def build(directory: Path | None) -> PreparedCorpus:
         splits, digests, seconds = {}, {}, {"read": 0.0, "filter": 0.0}
+        filtered: dict[str, int] = {}
         skipped = SkippedLines() if bad_lines == "skip" else None
         for name in which_splits:
             path = None if directory is None else directory / f"{name}.arrow"
@@ -237,7 +253,11 @@ def prepare_corpus(
                 remove_temporaries(path)
             train = name == "train"
             splits[name], stats = write_pairs(
-                blocks(name, skipped if train else None), path, drop_blank=train, src_prefix=src_prefix
+                blocks(name, skipped if train else None),
+                path,
+                drop_blank=train,
+                src_prefix=src_prefix,
+                pair_filter=PairFilter(filters) if train and filters.active else None,
             )
             digests[name] = stats.digest
             for stage, value in stats.seconds.items():
@@ -256,6 +276,9 @@ def prepare_corpus(
                     stats.empty,
                     stats.blank,
                 )
+                if stats.filtered:
+                    filtered = stats.filtered
+                    logger.info("%s: data.filters dropped %s", origin(name), _said(filtered))
                 if stats.kept == 0:
                     raise CorpusError(
                         f"no training pair is left in {origin(name)}: each of its {stats.rows} pairs has an"
@@ -265,16 +288,17 @@ def prepare_corpus(
             meta = {"digests": digests, "sizes": {k: len(v) for k, v in splits.items()}}
             if skipped is not None and skipped.summary():
                 meta["skipped"] = skipped.summary()
+            meta["filtered"] = filtered
             with atomic_write(directory / _COMPLETE) as f:
                 f.write((json.dumps(meta, indent=2) + "\n").encode())
-        return PreparedCorpus(datasets.DatasetDict(splits), digests, seconds, reused=False)
+        return PreparedCorpus(datasets.DatasetDict(splits), digests, seconds, reused=False, filtered=filtered)
 
     if cache_dir is None:
         return build(None)
     entry = (
         Path(cache_dir)
         / "corpus"
-        / _source_key(source, src_lang, tgt_lang, identity, bad_lines, src_prefix, which_splits)
+        / _source_key(source, src_lang, tgt_lang, identity, bad_lines, src_prefix, which_splits, filters)
     )
     if not (entry / _COMPLETE).is_file():
         with exclusive(entry):
@@ -290,4 +314,9 @@ def prepare_corpus(
         logger.warning(
             "train: skipped %s when the corpus was prepared (data.bad_lines=skip)", meta["skipped"]
         )
-    return PreparedCorpus(splits, meta["digests"], {"read": 0.0, "filter": 0.0}, reused=True)
+    filtered = meta.get("filtered", {})
+    if filtered:
+        logger.info("train: data.filters dropped %s when the corpus was prepared", _said(filtered))
+    return PreparedCorpus(
+        splits, meta["digests"], {"read": 0.0, "filter": 0.0}, reused=True, filtered=filtered
+    )

@@ -76,6 +76,25 @@ def test_a_back_translation_mix_draws_each_corpus_by_weight_with_its_tag_one_pie
         assert len(held) == 800 and from_bt == 200
 
 
+def test_a_temperature_gives_each_corpus_its_share_of_pairs_to_the_one_over_t(tmp_path, caplog):
+    bt = _write(tmp_path / "bt", {"train": 1200}, seed=9)
+    corpora = [{"name": "clean"}, {"name": "bt", "data_dir": str(bt), "tag": "<BT>"}]
+    dm = _datamodule(tmp_path, corpora=corpora, corpora_temperature=2.0)
+    with caplog.at_level(logging.INFO, logger="data"):
+        dm.setup("fit")
+    pairs = np.array([s["pairs"] for s in dm.corpus_summary], dtype=float)
+    per_epoch = np.array([s["per_epoch"] for s in dm.corpus_summary], dtype=float)
+    assert per_epoch.sum() == pytest.approx(pairs.sum(), abs=1)
+    assert per_epoch / per_epoch.sum() == pytest.approx(np.sqrt(pairs) / np.sqrt(pairs).sum(), abs=2e-3)
+    assert dm.corpus_summary[0]["weight"] > 1 > dm.corpus_summary[1]["weight"]  # the small one upsampled
+
+
+def test_a_temperature_and_a_weight_together_are_refused(tmp_path):
+    refused = r"data.corpora\[1\].weight is set and so is data.corpora_temperature"
+    with pytest.raises(ValueError, match=refused):
+        _datamodule(tmp_path, corpora=[{"name": "a"}, {"name": "b", "weight": 0.5}], corpora_temperature=5)
+
+
 def test_target_language_tags_make_one_model_for_several_languages(tmp_path):
     # main: en->de (validation and test); training: en->de and en->fr, each tagged with its target
     main = _write(tmp_path / "en_de", {"train": 200, "val": 10, "test": 10}, seed=1, langs=("en", "de"))
