@@ -154,6 +154,12 @@ def check_python(monkeypatch: pytest.MonkeyPatch, args: list[str]) -> None:
 
         build_parser().parse_args(args[2:])
         return
+    if args[0] == "-m":  # a module of ours run as a program: its file's parser
+        module_path = ROOT / args[1].replace(".", "/")
+        script = module_path / "__main__.py" if module_path.is_dir() else module_path.with_suffix(".py")
+        assert script.is_file(), f"no such module: {args[1]}"
+        _parse_only(monkeypatch, script, args[2:])
+        return
     script, rest = ROOT / args[0], args[1:]
     assert script.is_file(), f"no such script: {args[0]}"
     if script.name == "train.py" and script.parent == ROOT:

@@ -194,8 +194,14 @@ def _normalized(model: dict[str, Any], init: InitPoint) -> dict[str, Any]:
     }
 
 
+# Model keys a fine-tuned run may change: regularisation, which the weights do not depend on
+# (domain adaptation raises dropout routinely; label_smoothing is not a model key at all).
+REGULARISATION_KEYS = ("dropout", "attention_dropout", "activation_dropout")
+
+
 def check_model(init: InitPoint, model: dict[str, Any]) -> None:
-    """Refuses a run whose ``model`` config differs from the checkpoint's.
+    """Refuses a run whose ``model`` config differs from the checkpoint's, but for its
+    regularisation (:data:`REGULARISATION_KEYS`), which a fine-tuned run may set anew.
 
     Args:
         init: the checkpoint.
@@ -206,7 +212,7 @@ def check_model(init: InitPoint, model: dict[str, Any]) -> None:
             counts as its default, as loading it does).
     """
     saved, current = _normalized(init.model, init), _normalized(model, init)
-    differ = [k for k in current if saved.get(k) != current[k]]
+    differ = [k for k in current if saved.get(k) != current[k] and k not in REGULARISATION_KEYS]
     if differ:
         said = "; ".join(
             f"model.{k} is {saved.get(k)!r} in the checkpoint, {current[k]!r} in this run" for k in differ

@@ -256,6 +256,8 @@ class TranslationModule(L.LightningModule):
         # from where a time-limited run fitted one to its budget (training/budget_fit.py), that one.
         self.configured_factor: Callable[[int], float] = lambda step: 1.0
         self.fitted_schedule: FittedSchedule | None = None
+        # optimizer.schedule=plateau: the multiplier training.plateau.PlateauDecay lowers (else 1).
+        self.lr_scale = 1.0
         self.output_dir: str | None = None  # where the test stage writes its translations
         self.test_scores: CorpusScores | None = None
         # Per split evaluated (each validation set's, or "test"), this rank's batches: the host's
@@ -263,6 +265,9 @@ class TranslationModule(L.LightningModule):
         self._eval_records: dict[str, list[tuple[list[tuple[int, list[int]]], Tensor, Tensor]]] = {}
         self._last_batch_end: float | None = None
         self.compile_options = compile_options(compile)
+        # sacreBLEU's tokenizer for BLEU; None: the target language's (common/metrics.py). Not a
+        # hyperparameter: how this process scores, not what the checkpoint holds.
+        self.bleu_tokenize: str | None = None
         self._compiled_losses = None  # torch.compile(token_losses), made on first training use
         self.nonfinite = NonFiniteGuard(max_nonfinite_in_a_row)
         self._batch_ids: Tensor | None = None  # the last training batch's example ids, for messages
@@ -454,11 +459,12 @@ class TranslationModule(L.LightningModule):
 
     def lr_factor(self, step: int) -> float:
         """The multiplier of the peak rate at update ``step`` (from 1): the configured schedule's,
-        or from where one was fitted to a time budget (``training/budget_fit.py``) the fitted one's."""
+        or from where one was fitted to a time budget (``training/budget_fit.py``) the fitted one's,
+        times ``lr_scale`` (lowered on plateaus by ``training/plateau.py``)."""
         fitted = self.fitted_schedule
         if fitted is not None and step >= fitted.start:
-            return fitted.factor(step)
-        return self.configured_factor(step)
+            return fitted.factor(step) * self.lr_scale
+        return self.configured_factor(step) * self.lr_scale
 
     def _total_updates(self) -> int:
         """The run's optimizer updates, where the schedule decays to its floor.
@@ -573,7 +579,10 @@ class TranslationModule(L.LightningModule):
         records = [by_id[i] for i in ids]
         hypotheses = datamodule.tgt_tokenizer.decode([rec[3] for rec in records])
         nll = sum(rec[1] for rec in records) / max(sum(rec[2] for rec in records), 1)
-        return corpus_scores(hypotheses, [references[i] for i in ids]), nll, hypotheses
+        refs = [references[i] for i in ids]
+        lang = datamodule.split_target_lang(split) if hasattr(datamodule, "split_target_lang") else ""
+        scores = corpus_scores(hypotheses, refs, lang or self.hparams.tgt_lang, self.bleu_tokenize)
+        return scores, nll, hypotheses
 
     def on_validation_epoch_end(self) -> None:
         """Scores and logs each validation set: ``val/bleu``, ``val/chrf``, ``val/loss``, ``val/ppl``
@@ -588,10 +597,10 @@ class TranslationModule(L.LightningModule):
             scores, nll, _ = self._score(valid_split_key(name))
             ppl = float(torch.tensor(nll).exp())
             prefix = metric_prefix(name)
-            metrics = {"loss": nll, "ppl": ppl, "bleu": scores.bleu, "chrf": scores.chrf}
+            metrics = {"loss": nll, "ppl": ppl, "bleu": scores.bleu, "chrf": scores.chrf, "ter": scores.ter}
             for metric, value in metrics.items():
                 # The main split's four in the progress bar, as always; of several sets, their BLEU.
-                shown = name is None or metric == "bleu"
+                shown = (name is None and metric != "ter") or metric == "bleu"
                 # add_dataloader_idx=False: the names say the set (Lightning would append
                 # /dataloader_idx_<i> to what is logged while a loader's index is current).
                 self.log(
@@ -612,13 +621,14 @@ class TranslationModule(L.LightningModule):
         resident = f"; resident {mib[0]:.0f} MiB, peak {mib[1]:.0f}"
         for i, (label, nll, ppl, scores) in enumerate(said):
             logger.info(
-                "epoch %d validation%s: loss %.4f ppl %.2f BLEU %.2f chrF %.2f  (%s)%s",
+                "epoch %d validation%s: loss %.4f ppl %.2f BLEU %.2f chrF %.2f TER %.2f  (%s)%s",
                 self.current_epoch,
                 label,
                 nll,
                 ppl,
                 scores.bleu,
                 scores.chrf,
+                scores.ter,
                 scores.bleu_signature,
                 resident if i == len(said) - 1 else "",  # the memory once, after the last set
             )
@@ -627,7 +637,12 @@ class TranslationModule(L.LightningModule):
         scores, nll, hypotheses = self._score("test")
         self.test_scores = scores
         self.log_dict(
-            {"test/bleu": scores.bleu, "test/bleu_lc": scores.bleu_lowercase, "test/chrf": scores.chrf},
+            {
+                "test/bleu": scores.bleu,
+                "test/bleu_lc": scores.bleu_lowercase,
+                "test/chrf": scores.chrf,
+                "test/ter": scores.ter,
+            },
             rank_zero_only=False,
         )
         if self.trainer.is_global_zero:

@@ -36,6 +36,7 @@ from training.checkpoints import plan_checkpoints
 from training.ema import ExponentialMovingAverage
 from training.ending import FAILED, FINISHED, Ending, ending_after_fit, ending_of_exception
 from training.finetune import (
+    REGULARISATION_KEYS,
     InitPoint,
     check_model,
     fresh_state_said,
@@ -45,6 +46,7 @@ from training.finetune import (
 )
 from training.memory import configure_allocators, peak_resident_mib
 from training.module import TranslationModule
+from training.plateau import PlateauDecay
 from training.plots import plot_learning_curve
 from training.precision import PrecisionChoice, choose_precision
 from training.preemption import Preempted, PreemptionCheckpoint
@@ -56,9 +58,12 @@ from training.resume import (
     RunConfig,
     check_config,
     metrics_before,
+    read_checkpoint,
     resume_point,
 )
+from training.schedule import FLAT
 from training.selection import DEFAULT_SELECTION, Selection, choose_selection, metric_prefix
+from training.vocabulary import resumed_vocabulary
 from transformer.mechanisms import AttentionConfig
 
 logger = logging.getLogger(__name__)
@@ -379,6 +384,16 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
         allowed = [str(k) for k in cfg.resume.allow_changes]
         for change in check_config(resume.config, run_config, allowed, default_config()):
             logger.warning("resume: %s", change)
+    if cfg.train and resume is not None:
+        # The checkpoint's vocabulary, whatever the corpus now is (training/vocabulary.py).
+        saved = read_checkpoint(resume.path, training=False)
+        keys, said = resumed_vocabulary(
+            saved, resume.path, resume.run_dir, _to_plain_dict(cfg.data), output_dir
+        )
+        for key, value in keys.items():
+            cfg.data[key] = value
+        if said:
+            logger.info("resume: %s", said)
     L.seed_everything(cfg.seed, workers=True)
     torch.set_float32_matmul_precision(cfg.get("float32_matmul_precision", "highest"))
 
@@ -387,12 +402,17 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
     datamodule.setup("fit")
     if datamodule.listed:  # results.json: what an epoch held of each training corpus
         record.fields.update(corpora=datamodule.corpus_summary)
+    if datamodule.filters.active:  # results.json: the pairs data.filters dropped, per training corpus
+        record.fields.update(filtered=datamodule.filtered)
     joint = datamodule.src_tokenizer is datamodule.tgt_tokenizer
     model_cfg = _to_plain_dict(cfg.model)
     model_cfg.update(src_vocab_size=datamodule.src_vocab_size, tgt_vocab_size=datamodule.tgt_vocab_size)
     model_cfg["share_embeddings"] = bool(model_cfg.get("share_embeddings", False) and joint)
     if init is not None:
-        model_cfg = init.model  # the same as the config's (check_model), as the weights were built
+        # The checkpoint's model, as its weights were built (check_model), with this run's
+        # regularisation (dropout), which fine-tuning may change.
+        regularisation = {k: model_cfg[k] for k in REGULARISATION_KEYS if k in model_cfg}
+        model_cfg = {**init.model, **regularisation}
     compile = cfg.get("compile", False)  # a bool, or a mapping of torch.compile arguments
     module = TranslationModule(
         model=model_cfg,
@@ -406,6 +426,7 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
         loss_normalization=str(cfg.get("loss_normalization", "batch")),
     )
     module.output_dir = str(output_dir)
+    module.bleu_tokenize = cfg.get("bleu_tokenize")  # None: the target language's (common/metrics.py)
     logger.info("model: %s parameters", f"{module.model.num_parameters():,}")
     if init is not None and resume is not None:  # a requeued SLURM job: its own checkpoint wins
         logger.info("init_from: not loaded; the requeued run resumes from %s", resume.path)
@@ -452,6 +473,17 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
         # After AttentionImage: callbacks' validation-end hooks run in this order, and the EMA's
         # puts the training weights back, so the image is drawn from the weights validated.
         callbacks.append(ExponentialMovingAverage(float(ema.decay)))
+    if cfg.optimizer.schedule == "plateau":  # the rate lowered where the selection metric stalls
+        opt = cfg.optimizer
+        callbacks.append(
+            PlateauDecay(
+                selection.monitor,
+                selection.mode,
+                float(opt.get("plateau_factor", 0.5)),
+                int(opt.get("plateau_patience", 2)),
+                float(opt.min_lr_ratio),
+            )
+        )
     stopping = cfg.early_stopping
     if stopping.patience is not None:
         callbacks.append(early_stopping(int(stopping.patience), float(stopping.min_delta), selection))
@@ -465,6 +497,12 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
         fit = cfg.get("schedule", {}).get("fit", "none")
         if fit == "budget":  # the schedule, the averaged weights and validation fitted to the budget
             opt = cfg.optimizer
+            if opt.schedule in FLAT:
+                raise ValueError(
+                    f"optimizer.schedule={opt.schedule} keeps the rate (or lowers it on plateaus) and "
+                    "schedule.fit=budget decays it to the budget's end: "
+                    "set schedule.fit=none, or another schedule"
+                )
             fitter = BudgetFit(
                 budget_s,
                 fit_settings(cfg),

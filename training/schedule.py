@@ -6,6 +6,10 @@
   down to ``min_ratio`` at ``total_steps``.
 - ``linear`` (BERT's, fairseq's ``polynomial_decay`` of power 1): after warmup, a straight line
   from 1 down to ``min_ratio`` at ``total_steps``.
+- ``constant`` (fine-tuning's usual choice): after warmup, 1.
+- ``plateau`` (fairseq's ``reduce_lr_on_plateau``, OpenNMT-py's and Marian's decay on stalled
+  validation): ``constant``'s factor, which :class:`training.plateau.PlateauDecay` multiplies by
+  ``optimizer.plateau_factor`` each time the selection metric stalls.
 
 Update ``step`` counts from 1 (the first update takes ``factor(1)``); past ``total_steps`` the
 decaying schedules stay at ``min_ratio``.
@@ -59,7 +63,15 @@ def linear_factor(step: int, warmup_steps: int, total_steps: int, min_ratio: flo
     return 1.0 - (1.0 - min_ratio) * _progress(step, warmup_steps, total_steps)
 
 
-SCHEDULES = ("inverse_sqrt", *NEEDS_TOTAL)
+def constant_factor(step: int, warmup_steps: int) -> float:
+    """Linear warmup to 1, then 1."""
+    rising = _warmup(step, warmup_steps)
+    return 1.0 if rising is None else rising
+
+
+# The schedules whose rate stays at the peak after warmup (plateau's is lowered from outside).
+FLAT = ("constant", "plateau")
+SCHEDULES = ("inverse_sqrt", *NEEDS_TOTAL, *FLAT)
 
 
 def schedule_factor(
@@ -68,7 +80,7 @@ def schedule_factor(
     """The multiplier of update ``step`` (from 1) under schedule ``name``, as a function of ``step``.
 
     Args:
-        name: ``inverse_sqrt``, ``cosine`` or ``linear``.
+        name: ``inverse_sqrt``, ``cosine``, ``linear``, ``constant`` or ``plateau``.
         warmup_steps: updates of the linear warmup.
         total_steps: the update at which ``cosine`` and ``linear`` reach ``min_ratio``; unused by
             ``inverse_sqrt``.
@@ -80,6 +92,8 @@ def schedule_factor(
     """
     if name == "inverse_sqrt":
         return lambda step: inverse_sqrt_factor(step, warmup_steps)
+    if name in FLAT:
+        return lambda step: constant_factor(step, warmup_steps)
     if name not in NEEDS_TOTAL:
         raise ValueError(f"optimizer.schedule={name!r} is not one of {', '.join(SCHEDULES)}")
     if total_steps is None or total_steps <= warmup_steps:

@@ -195,9 +195,9 @@ def test_a_weights_only_averaged_checkpoint_is_a_starting_point(toy, trained, tm
 REFUSALS = {
     "a model key": (["model.d_ff=64"], r"model\.d_ff is 128 in the checkpoint, 64 in this run"),
     "two model keys": (
-        ["model.d_ff=64", "model.dropout=0.3"],
-        r"model\.d_ff is 128 in the checkpoint, 64 in this run; model\.dropout is 0\.1 in the checkpoint, "
-        r"0\.3 in this run\. Drop the override",
+        ["model.d_ff=64", "model.n_heads=2"],
+        r"model\.d_ff is 128 in the checkpoint, 64 in this run; model\.n_heads is 4 in the checkpoint, "
+        r"2 in this run\. Drop the override",
     ),
     "ckpt_path too": (
         ["ckpt_path={ckpt}"],
@@ -251,3 +251,13 @@ def test_a_finetuned_run_validates_the_new_and_the_old_domain_each_under_its_nam
     assert float(row["val/old/bleu"]) == trained[1]["val/bleu"]
     assert results["valid_sets"]["old"]["loss"] == trained[1]["val/loss"]
     assert results["selected_by"] == "val/new/bleu"  # the first set, by default
+
+
+def test_a_fine_tuned_run_may_change_the_models_regularisation(toy, trained, tmp_path, caplog):
+    """Dropout is not in the weights: init_from takes model.dropout=0.3 and trains with it."""
+    ckpt = trained[0] / "checkpoints" / "last.ckpt"
+    extra = ["model.dropout=0.3", "model.attention_dropout=0.05", "trainer.max_steps=1"]
+    results, _ = _finetune(toy, tmp_path / "ft", ckpt, extra, caplog)
+    saved = torch.load(tmp_path / "ft" / "checkpoints" / "last.ckpt", weights_only=True)
+    model = saved["hyper_parameters"]["model"]
+    assert model["dropout"] == 0.3 and model["attention_dropout"] == 0.05 and results["ending_update"] == 1

@@ -6,6 +6,7 @@ writes checkpoints that load without torch.compile.
 
 from __future__ import annotations
 
+import csv
 import inspect
 import json
 import logging
@@ -23,10 +24,11 @@ from torch._dynamo.utils import counters
 
 from data.datamodule import TranslationDataModule
 from fastpaths import hardware
-from tests.toy_text import tiny_run_overrides, write_toy_corpus
+from tests.toy_text import tiny_run_overrides, train_word_spm, write_toy_corpus
 from training import averaging, pipeline
 from training.module import DEFAULT_OPTIMIZER, TranslationModule
 from training.pipeline import train
+from training.resume import CheckpointError
 from transformer import TransformerConfig
 from translation import Translator
 
@@ -395,3 +397,59 @@ def test_a_run_fitted_to_its_budget_says_records_and_averages_its_fit(toy, tmp_p
     assert averaged["averaged_from"] == [f"update {u}" for u in fit["averaged_updates"]]
     assert len(fit["averaged_updates"]) >= 2 and results["ending"] == "stopped early"
     assert "test/bleu" in results
+
+
+def test_a_run_resumed_on_another_corpus_keeps_its_vocabulary(toy, tmp_path, caplog):
+    """resume.allow_changes=[data.data_dir], the corpus replaced by another whose SentencePiece
+    model would differ: the run resumes with its checkpoint's (no new one trained), and its first
+    update's loss is the run's, not a model's under another vocabulary's (~ln V)."""
+    corpus, cache, _ = toy
+    runs = tmp_path / "runs"
+    common = [*toy_overrides(corpus, cache, runs), "test=false", "name=vocab", "logger=csv"]
+    train(compose_config([*common, "trainer.max_epochs=3"], runs / "vocab" / "first"))
+    last = runs / "vocab" / "first" / "checkpoints" / "last.ckpt"
+    saved = torch.load(last, weights_only=True)
+    other = write_toy_corpus(tmp_path / "other", {"train": 1000, "val": 24, "test": 24}, seed=7)
+    caplog.set_level(logging.INFO)
+    resumed = [*common, f"data.data_dir={other}", "resume.allow_changes=[data.data_dir]"]
+    train(compose_config([*resumed, f"ckpt_path={last}", "trainer.max_epochs=4"], runs / "vocab" / "second"))
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("resume: the SentencePiece")]
+    assert len(said) == 1 and str(last) in said[0]
+    assert not [r for r in caplog.records if "training SentencePiece" in r.getMessage()]
+    tokenizer = runs / "vocab" / "second" / "tokenizer" / "joint.model"
+    assert tokenizer.read_bytes() == saved["nmt"]["src_spm"]
+    rows = list(csv.DictReader((runs / "vocab" / "first" / "logs" / "metrics.csv").open()))
+    losses = [float(r["train/loss"]) for r in rows if r.get("train/loss")]
+    step = int(saved["global_step"])
+    resumed_rows = list(csv.DictReader((runs / "vocab" / "second" / "logs" / "metrics.csv").open()))
+    first = next(
+        float(r["train/loss"]) for r in resumed_rows if r.get("train/loss") and int(r["step"]) >= step
+    )
+    assert first < losses[0] - 1.0 and first < 1.5 * losses[-1] + 0.5, (losses[0], losses[-1], first)
+
+
+def test_a_run_resumed_with_another_vocabulary_is_refused_naming_both_files(toy, tmp_path):
+    corpus, cache, _ = toy
+    runs = tmp_path / "runs"
+    common = [*toy_overrides(corpus, cache, runs), "test=false", "name=vocab2", "trainer.max_epochs=1"]
+    train(compose_config(common, runs / "vocab2" / "first"))
+    last = runs / "vocab2" / "first" / "checkpoints" / "last.ckpt"
+    other = tmp_path / "other.model"
+    other.write_bytes(train_word_spm(["ein anderes wort"]))
+    with pytest.raises(
+        CheckpointError, match=rf"data.spm_model={other} is not the SentencePiece model {last}"
+    ):
+        train(
+            compose_config([*common, f"ckpt_path={last}", f"data.spm_model={other}"], runs / "vocab2" / "b")
+        )
+    tokenizer = runs / "vocab2" / "first" / "tokenizer" / "joint.model"
+    tokenizer.write_bytes(other.read_bytes())  # the run's own file changed since
+    with pytest.raises(CheckpointError, match=rf"{tokenizer} .* is not the SentencePiece model {last}"):
+        train(compose_config([*common, f"ckpt_path={last}"], runs / "vocab2" / "c"))
+
+
+@pytest.mark.parametrize("schedule", ["constant", "plateau"])
+def test_a_flat_schedule_with_a_budget_fit_is_refused_naming_both_keys(toy, tmp_path, schedule):
+    overrides = [*toy_overrides(*toy), "trainer.max_time=00:00:00:08", "schedule.fit=budget"]
+    with pytest.raises(ValueError, match=f"optimizer.schedule={schedule} .* schedule.fit=budget"):
+        train(compose_config([*overrides, f"optimizer.schedule={schedule}"], tmp_path / "run"))

@@ -1,9 +1,11 @@
-"""The schedules' shapes: a linear warmup from 0 to the peak, then each decay to its end; the run
-length they need is taken from the Trainer, or refused naming the setting."""
+"""The schedules' shapes: a linear warmup from 0 to the peak, then each decay to its end (or the
+peak kept, or lowered on validation plateaus); the run length they need is taken from the
+Trainer, or refused naming the setting."""
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import lightning as L
 import pytest
@@ -11,12 +13,13 @@ import pytest
 from training.module import TranslationModule
 from training.pipeline import default_config
 from training.resume import CheckpointError, check_config
+from training.plateau import PlateauDecay
 from training.schedule import cosine_factor, linear_factor, schedule_factor
 
 WARMUP, TOTAL = 10, 50
 
 
-@pytest.mark.parametrize("name", ["cosine", "linear", "inverse_sqrt"])
+@pytest.mark.parametrize("name", ["cosine", "linear", "inverse_sqrt", "constant", "plateau"])
 def test_warmup_rises_linearly_to_the_peak_at_its_end(name):
     factor = schedule_factor(name, WARMUP, TOTAL)
     rising = [factor(s) for s in range(1, WARMUP + 1)]
@@ -42,6 +45,55 @@ def test_cosine_and_linear_decay_to_their_floor_at_the_last_update_and_stay(floo
         floor + (1 - floor) * (1 + math.cos(math.pi * q)) / 2
     )
     assert linear_factor(quarter, WARMUP, TOTAL, floor) == pytest.approx(1 - (1 - floor) * q)
+
+
+@pytest.mark.parametrize("name", ["constant", "plateau"])
+def test_constant_and_plateau_keep_the_peak_after_warmup_without_a_run_length(name):
+    factor = schedule_factor(name, WARMUP)
+    assert [factor(s) for s in range(WARMUP, 10 * TOTAL)] == [1.0] * (10 * TOTAL - WARMUP)
+
+
+def _validations(plateau: PlateauDecay, values: list[float]) -> list[float]:
+    """The rate of each update after each validation of ``values``, through the callback's hook."""
+    module = SimpleNamespace(lr_scale=1.0)
+    module.lr_factor = lambda step: module.lr_scale  # past warmup: constant's 1 times the scale
+    group = {"initial_lr": 2.0, "lr": 2.0}
+    trainer = SimpleNamespace(
+        sanity_checking=False,
+        callback_metrics={},
+        global_step=100,
+        optimizers=[SimpleNamespace(param_groups=[group])],
+    )
+    rates = []
+    for value in values:
+        trainer.callback_metrics = {"val/bleu": value}
+        plateau.on_validation_end(trainer, module)
+        rates.append(group["lr"])
+    return rates
+
+
+def test_plateau_halves_the_rate_after_patience_validations_without_improvement_down_to_its_floor():
+    plateau = PlateauDecay("val/bleu", "max", factor=0.5, patience=2, min_ratio=0.2)
+    rates = _validations(plateau, [10, 12, 11, 12, 13, 13, 12.5, 14, 1, 1, 1, 1, 1, 1])
+    # 12 -> 11, 12: two without improvement (12 is not better than 12): halved; 13 improves; ...
+    assert rates == [2.0, 2.0, 2.0, 1.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.4, 0.4, 0.4, 0.4, 0.4]
+    assert plateau.scale == pytest.approx(0.2)  # 0.25 held at the floor, 0.2 of the peak
+    again = PlateauDecay("val/bleu", "max", factor=0.5, patience=2, min_ratio=0.2)
+    again.load_state_dict(plateau.state_dict())  # what a checkpoint holds: a resumed run goes on alike
+    assert again.state_dict() == plateau.state_dict()
+    module = SimpleNamespace(lr_scale=1.0)
+    again.on_train_start(None, module)
+    assert module.lr_scale == plateau.scale
+
+
+def test_plateau_on_a_loss_lowers_where_it_stops_falling_and_refuses_bad_settings():
+    plateau = PlateauDecay("val/loss", "min", factor=0.1, patience=1)
+    assert [plateau.observe(v) for v in [3.0, 2.5, 2.6, 2.4, 2.4]] == [False, False, True, False, True]
+    assert plateau.scale == pytest.approx(0.01)
+    with pytest.raises(ValueError, match="optimizer.plateau_factor must be within"):
+        PlateauDecay("val/bleu", "max", factor=1.5, patience=2)
+    with pytest.raises(ValueError, match="optimizer.plateau_patience must be at least 1"):
+        PlateauDecay("val/bleu", "max", factor=0.5, patience=0)
 
 
 def test_a_decaying_schedule_without_a_length_past_its_warmup_is_refused():
