@@ -171,7 +171,10 @@ class BudgetFit(Callback):
         if fit.schedule is not None:
             pl_module.fitted_schedule = fit.schedule
         self.forecast_updates = updates
-        points = average_points(updates, per_epoch, self.average_last, self.settings.average_fraction)
+        if fit.schedule is None:  # the configured schedule stands: so does its averaging (the last epochs')
+            points = []
+        else:
+            points = average_points(updates, per_epoch, self.average_last, self.settings.average_fraction)
         self.points = sorted({p for p in points if p > trainer.global_step} | set(self.taken))
         seconds = self._seconds_per_update(trainer.global_step) or 0.0
         val = (
@@ -196,12 +199,16 @@ class BudgetFit(Callback):
                 f"{warm}then {fit.shape} to {self.min_ratio:g}x the peak at update {fit.schedule.end:,}"
                 + ("" if fit.holds else f" ({self.schedule} needs ~{needed.updates_needed:,})")
             )
-        average = (
-            f"averaging the weights of updates {', '.join(f'{p:,}' for p in self.points)} (the last "
-            f"{self.settings.average_fraction:.0%})"
-            if self.points
-            else "no average"
-        )
+        if self.points:
+            average = (
+                f"averaging the weights of updates {', '.join(f'{p:,}' for p in self.points)} (the last "
+                f"{self.settings.average_fraction:.0%})"
+            )
+        elif fit.schedule is None and self.average_last > 1:
+            average = f"averaging the last {self.average_last} epoch checkpoints, as configured"
+        else:
+            average = "no average"
+
         logger.info(
             "schedule fit (%s): the budget holds ~%s updates (%.1f epochs) at %.2f s per update, %s: %s; %s",
             why,

@@ -75,6 +75,19 @@ def _fit(clock: Clock, **settings) -> BudgetFit:
     )
 
 
+def test_a_budget_that_holds_the_schedule_leaves_it_and_its_averaging_as_configured(tmp_path, caplog):
+    clock = Clock()
+    fit = BudgetFit(2000.0, FitSettings(), "inverse_sqrt", 50, 0.0, average_last=3, probe=5, clock=clock)
+    with caplog.at_level(logging.INFO, logger="training.budget_fit"):
+        module, tick = _run(tmp_path, 12, fit, clock)
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("schedule fit")]
+    assert len(said) == 1 and "inverse_sqrt as configured" in said[0]
+    assert "averaging the last 3 epoch checkpoints, as configured" in said[0]
+    assert module.fitted_schedule is None and fit.points == [] and fit.average() is None
+    configured = schedule_factor("inverse_sqrt", 50)
+    assert all(lr == pytest.approx(3e-3 * configured(step)) for step, lr in tick.lrs.items())
+
+
 def test_the_fit_after_the_probe_sets_the_rate_the_run_then_takes_and_says_so(tmp_path, caplog):
     clock = Clock()
     fit = _fit(clock)

@@ -12,8 +12,8 @@ import pytest
 
 from training.module import TranslationModule
 from training.pipeline import default_config
-from training.resume import CheckpointError, check_config
 from training.plateau import PlateauDecay
+from training.resume import CheckpointError, check_config
 from training.schedule import cosine_factor, linear_factor, schedule_factor
 
 WARMUP, TOTAL = 10, 50
