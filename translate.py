@@ -43,8 +43,7 @@ from translation.parts import (
     count_lines,
     file_parts,
     parse_shard,
-    resume_lines,
-    resume_nbest,
+    resume_point,
 )
 from translation.stream import line_chunks
 from translation.translator import DEFAULT_MAX_TOKENS, Score, SearchOptions, Translation, Translator
@@ -393,6 +392,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             parser.error("--shard splits an --input FILE: give one")
     if args.resume and not args.output:
         parser.error("--resume continues an --output FILE: give one")
+    if args.resume and (args.input in (None, "-") or args.sentences):
+        parser.error("--resume skips the lines an --output FILE answers in an --input FILE: give one")
     for option, value in (("--resume", args.resume), ("--shard", args.shard)):
         if value and args.references:
             parser.error(f"--references scores the whole output: drop {option}, then score the file")
@@ -462,7 +463,9 @@ def input_chunks(args: argparse.Namespace) -> tuple[Parts, str, int | None]:
             except OSError as err:
                 raise UsageError(f"--input {args.input}: {err.strerror or err}") from None
         shard = args.shard or (0, 1)
-        parts = file_parts(args.input, args.buffer_size or FILE_PART_LINES, shard, args.skip_lines)
+        parts = file_parts(
+            args.input, args.buffer_size or FILE_PART_LINES, shard, getattr(args, "skip_lines", 0)
+        )
         return parts, args.input, count_lines(args.input) if regular and shard == (0, 1) else None
     terminal = sys.stdin.isatty()
     if terminal:
@@ -645,15 +648,16 @@ def translate_input(args: argparse.Namespace, translator: Translator, pool: Work
     references = read_aligned(args.references, "--references")
     prefixes = read_aligned(args.prefix, "--prefix")
     options = search_options(args)
-    args.skip_lines = resume_lines(args.output) if args.resume else 0  # complete lines kept
+    args.skip_lines = 0
+    if args.resume:  # the lines complete in --output (and --nbest-output), to which both are cut
+        part_lines = args.buffer_size or FILE_PART_LINES
+        args.skip_lines = resume_point(args.output, args.nbest_output, args.shard or (0, 1), part_lines)
     chunks, name, known = input_chunks(args)
     if known is not None:  # before translating, where the input's length is known
         same_count(references, f"--references {args.references}", known, name)
         same_count(prefixes, f"--prefix {args.prefix}", known, name)
     if args.resume:
         chunks, first_left = _peek(chunks)
-        if args.nbest_output:
-            resume_nbest(args.nbest_output, sys.maxsize if first_left is None else first_left)
         logger.info(
             "--resume: %s holds %d complete lines; %s",
             args.output,

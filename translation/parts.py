@@ -112,6 +112,74 @@ def resume_lines(path: str | Path) -> int:
     return data[:keep].count(b"\n")
 
 
+def resume_point(
+    output: str | Path,
+    nbest: str | Path | None = None,
+    shard: tuple[int, int] = (0, 1),
+    part_lines: int = FILE_PART_LINES,
+) -> int:
+    """Where ``--resume`` continues: the input lines whose answers are complete in ``output``
+    and, given, in the ``nbest`` file, to which both files are cut.
+
+    ``output`` counts its complete lines. The n-best file's rows name their input line (from 1,
+    in the whole input); the last line it names may have lost rows to the interruption, so only
+    lines before it count (an n-best file without rows, or missing, counts none). Both files are
+    written a part at a time, so either may be ahead of the other; the earlier one wins.
+
+    Args:
+        output: the ``--output`` file.
+        nbest: the ``--nbest-output`` file, or None.
+        shard: ``(I, N)`` of ``--shard``: the output holds parts I, I + N, ... of the input.
+        part_lines: ``--buffer-size``, the lines of a part.
+
+    Returns:
+        The number of this shard's input lines answered in both, the first ones.
+    """
+    done = resume_lines(output)
+    if nbest is not None:
+        path = Path(nbest)
+        rows = path.read_bytes().split(b"\n") if path.exists() else []  # a row cut short names its line too
+        named = [int(r.split(b"\t", 1)[0]) for r in rows if r.split(b"\t", 1)[0].isdigit()]
+        if named:
+            done = min(done, _shard_index(max(named) - 1, shard, part_lines))  # the lines before it
+        else:
+            done = 0
+        _cut_lines(Path(output), done)
+        resume_nbest(path, _input_index(done, shard, part_lines) + 1)
+    return done
+
+
+def _shard_index(line: int, shard: tuple[int, int], part_lines: int) -> int:
+    """The position among a shard's lines of input line ``line`` (from 0), or of the first line
+    of the shard after it where it is another shard's."""
+    index, n = shard
+    part, within = divmod(line, part_lines)
+    mine = part // n  # this shard's parts before the line's part
+    if part % n == index:
+        return mine * part_lines + within
+    return (mine + (1 if part % n > index else 0)) * part_lines
+
+
+def _input_index(position: int, shard: tuple[int, int], part_lines: int) -> int:
+    """The input line (from 0) of a shard's ``position``-th line."""
+    index, n = shard
+    part, within = divmod(position, part_lines)
+    return (part * n + index) * part_lines + within
+
+
+def _cut_lines(path: Path, lines: int) -> None:
+    """Cuts a file to its first ``lines`` lines (a missing file stays missing)."""
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    end = 0
+    for _ in range(lines):
+        end = data.index(b"\n", end) + 1
+    if end < len(data):
+        with open(path, "r+b") as f:
+            f.truncate(end)
+
+
 def resume_nbest(path: str | Path, first_line: int) -> None:
     """Cuts an interrupted ``--nbest-output`` file to its rows of lines before ``first_line`` (its
     rows start with their line number)."""

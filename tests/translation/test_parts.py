@@ -15,7 +15,17 @@ import pytest
 import translate
 from tests.test_translate import ROOT, toy_checkpoint  # noqa: F401 (a fixture)
 from tests.toy_text import toy_pairs
-from translation.parts import count_lines, file_parts, merge_shards, parse_shard, resume_lines, resume_nbest
+from translation.parts import (
+    _input_index,
+    _shard_index,
+    count_lines,
+    file_parts,
+    merge_shards,
+    parse_shard,
+    resume_lines,
+    resume_nbest,
+    resume_point,
+)
 
 SOURCES = [s for s, _ in toy_pairs(120, seed=11)] + ["", "  "]
 
@@ -132,3 +142,26 @@ def test_a_run_killed_mid_file_and_resumed_gives_the_uninterrupted_file(toy_chec
     assert count_lines(killed) < 6000  # killed before it finished
     subprocess.run([*command, "--output", str(killed), "--resume"], cwd=ROOT, check=True, timeout=600)
     assert killed.read_bytes() == whole.read_bytes()
+
+
+@pytest.mark.parametrize("shard", [(0, 1), (1, 3)])
+def test_the_resume_point_is_the_earlier_of_the_output_and_the_nbest_file(tmp_path, shard):
+    part = 4
+    lines = [_input_index(k, shard, part) for k in range(12)]  # this shard's input lines (from 0)
+    output, nbest = tmp_path / "out", tmp_path / "nbest"
+    output.write_bytes(b"".join(b"t%d\n" % k for k in range(9)) + b"cut")  # 9 complete lines
+    rows = [b"%d\t%d\t-1.0\tt%d\n" % (lines[k] + 1, r, k) for k in range(7) for r in (1, 2)]
+    nbest.write_bytes(b"".join(rows) + b"%d\t1\t-1" % (lines[7] + 1))  # line 8 (k=7) cut short
+    # The n-best file is behind: lines k=0..6 complete there (its last named line, k=7, may not be).
+    assert resume_point(output, nbest, shard, part) == 7
+    assert output.read_bytes() == b"".join(b"t%d\n" % k for k in range(7))
+    assert nbest.read_bytes() == b"".join(rows[:14])
+    # The output behind: it wins.
+    output.write_bytes(b"t0\nt1\n")
+    assert resume_point(output, nbest, shard, part) == 2 and nbest.read_bytes() == b"".join(rows[:4])
+    assert [_shard_index(line, shard, part) for line in lines] == list(range(12))
+
+
+def test_resume_needs_an_input_file():
+    with pytest.raises(SystemExit):
+        translate.parse_args(["--checkpoint", "x.ckpt", "--output", "o", "--resume"])
