@@ -64,6 +64,8 @@ DEFAULT_OPTIMIZER = {
     "schedule": "inverse_sqrt",
     "total_steps": None,
     "min_lr_ratio": 0.0,
+    "plateau_factor": 0.5,
+    "plateau_patience": 2,
     "fused": None,
 }
 

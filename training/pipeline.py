@@ -479,8 +479,8 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
             PlateauDecay(
                 selection.monitor,
                 selection.mode,
-                float(opt.get("plateau_factor", 0.5)),
-                int(opt.get("plateau_patience", 2)),
+                float(opt.plateau_factor),
+                int(opt.plateau_patience),
                 float(opt.min_lr_ratio),
             )
         )

@@ -16,7 +16,7 @@ PAIRS = [
     ("ein hund läuft", "a dog runs"),  # kept
     ("\u200b \u2060", "zero width"),  # empty once normalised
     ("ja", "yes"),  # one word: under min_len 2
-    ("ein sehr langer satz mit vielen wörtern", "short"),  # 7 words against 1: ratio 7
+    ("ein sehr langer satz mit vielen wörtern", "too short"),  # 7 words against 2: ratio 3.5
     ("Berlin Berlin", "berlin  berlin"),  # a copy, once normalised
     ("ein hund läuft", "a dog runs"),  # a duplicate of the first
     ("EIN HUND LÄUFT", "A DOG RUNS"),  # a duplicate too, lowercased
@@ -52,6 +52,7 @@ def test_settings_are_checked_when_the_config_is_read():
 
 
 def _corpus(directory: Path) -> Path:
+    directory.mkdir(parents=True)
     for split in ("train", "val", "test_2016_flickr"):
         write_file(directory / f"{split}.de", "".join(s + "\n" for s, _ in PAIRS))
         write_file(directory / f"{split}.en", "".join(t + "\n" for _, t in PAIRS))

@@ -196,8 +196,8 @@ REFUSALS = {
     "a model key": (["model.d_ff=64"], r"model\.d_ff is 128 in the checkpoint, 64 in this run"),
     "two model keys": (
         ["model.d_ff=64", "model.n_heads=2"],
-        r"model\.d_ff is 128 in the checkpoint, 64 in this run; model\.n_heads is 4 in the checkpoint, "
-        r"2 in this run\. Drop the override",
+        r"model\.n_heads is 4 in the checkpoint, 2 in this run; model\.d_ff is 128 in the checkpoint, "
+        r"64 in this run\. Drop the override",
     ),
     "ckpt_path too": (
         ["ckpt_path={ckpt}"],

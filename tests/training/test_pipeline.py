@@ -440,7 +440,15 @@ def test_a_run_resumed_with_another_vocabulary_is_refused_naming_both_files(toy,
         CheckpointError, match=rf"data.spm_model={other} is not the SentencePiece model {last}"
     ):
         train(
-            compose_config([*common, f"ckpt_path={last}", f"data.spm_model={other}"], runs / "vocab2" / "b")
+            compose_config(
+                [
+                    *common,
+                    f"ckpt_path={last}",
+                    f"data.spm_model={other}",
+                    "resume.allow_changes=[data.spm_model]",
+                ],
+                runs / "vocab2" / "b",
+            )
         )
     tokenizer = runs / "vocab2" / "first" / "tokenizer" / "joint.model"
     tokenizer.write_bytes(other.read_bytes())  # the run's own file changed since
