@@ -194,6 +194,9 @@ class TokenBucketBatchSampler(Sampler[list[int]]):
         self.mix = mix
         self.length_buckets = length_buckets
         self.epoch = 0
+        # Added to the epoch that seeds the order: a fine-tuned run that continues its checkpoint's
+        # data order (training/finetune_reset.py) draws epoch e as the checkpoint's epoch count + e.
+        self.epoch_offset = 0
         self._position = 0  # batches of the current pass handed out (this rank)
         self._resume_at = 0  # first batch of the next pass, set by load_state_dict
         self._segments, self._num_repeated = self._plan_segments()
@@ -266,7 +269,7 @@ class TokenBucketBatchSampler(Sampler[list[int]]):
         Returns:
             Index arrays; rank ``r`` gets items ``r, r + num_replicas, ...``.
         """
-        rng = np.random.default_rng([self.seed, self.epoch]) if self.shuffle else None
+        rng = np.random.default_rng([self.seed, self.order_epoch]) if self.shuffle else None
         order = self._sorted_order(rng)
         batches = [order[s:e] for s, e in self._segments]
         if rng is not None:
@@ -285,7 +288,12 @@ class TokenBucketBatchSampler(Sampler[list[int]]):
         self._position = start
         for batch in mine[start:]:
             self._position += 1
-            yield BatchIndices(batch.tolist(), self.epoch)
+            yield BatchIndices(batch.tolist(), self.order_epoch)
+
+    @property
+    def order_epoch(self) -> int:
+        """The epoch whose order (and subword sampling) this pass draws: ``epoch + epoch_offset``."""
+        return self.epoch + self.epoch_offset
 
     def state_dict(self) -> dict[str, int]:
         """Epoch and position (batches already handed out in this epoch on this rank).
@@ -295,6 +303,7 @@ class TokenBucketBatchSampler(Sampler[list[int]]):
         """
         return {
             "epoch": self.epoch,
+            "epoch_offset": self.epoch_offset,
             "position": self._position,
             "seed": self.seed,
             "num_replicas": self.num_replicas,
@@ -308,6 +317,7 @@ class TokenBucketBatchSampler(Sampler[list[int]]):
             ValueError: the state comes from a sampler with another seed, world size or number of
                 batches, so positions would not mean the same batches.
         """
+        self.epoch_offset = int(state.get("epoch_offset", 0))  # which orders the run draws
         mine = self.state_dict()
         for key in ("seed", "num_replicas", "num_batches"):
             if key in state and state[key] != mine[key]:

@@ -263,6 +263,9 @@ class TranslationDataModule(L.LightningDataModule):
         self._train_sampler: TokenBucketBatchSampler | None = None
         self._pending_train_state: dict | None = None
         self._padding_logged = False
+        # The training order's epoch offset: a fine-tuned run continuing its checkpoint's data order
+        # sets it (training/finetune_reset.py); a resumed run gets it back with the sampler's state.
+        self.epoch_offset = 0
 
     # ----------------------------------------------------------------- loading
 
@@ -604,6 +607,7 @@ class TranslationDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         """Shuffled token-budget batches; this rank's share when under a distributed Trainer."""
         sampler = self.batch_sampler("train", *self._world())
+        sampler.epoch_offset = self.epoch_offset
         if self._pending_train_state is not None:
             self._restore(sampler, self._pending_train_state)
             self._pending_train_state = None

@@ -1,10 +1,11 @@
-"""Fine-tuning: a new run that starts from a checkpoint's weights, everything else fresh.
+"""Fine-tuning: a new run that starts from a checkpoint's weights, the rest fresh by default.
 
 ``init_from=PATH`` takes any checkpoint the project writes (``last.ckpt``, ``best-*.ckpt``,
 ``update<N>.ckpt``, the weights-only ``averaged.ckpt``): its weights, with its model config and its
 SentencePiece model(s) as they are. The rest starts as in a new run: Adam's moments, the
 learning-rate schedule (warmup from update 0), the update counter, the data order (epoch 0), early
-stopping and the best score, and the run's own ``checkpoints/``. ``ckpt_path``
+stopping and the best score, and the run's own ``checkpoints/``; ``finetune.reset`` may carry some of
+them on from the checkpoint instead (:mod:`training.finetune_reset`). ``ckpt_path``
 (:mod:`training.resume`) is the other way in, continuing one run exactly; the two are exclusive.
 
 - :func:`init_point`: the checkpoint, read once and checked; every refusal is a
@@ -266,12 +267,23 @@ def load_weights(module: nn.Module, init: InitPoint) -> None:
         ) from None
 
 
-def fresh_state_said(init: InitPoint, lr: float, warmup_steps: int, ckpt_dir: Path) -> str:
-    """The log line of a fine-tuning start: the file, its updates, and what starts afresh."""
+def fresh_state_said(
+    init: InitPoint, lr: float, warmup_steps: int, ckpt_dir: Path, reset: frozenset[str], carried: str
+) -> str:
+    """The log line of a fine-tuning start: the file, its updates, what starts afresh
+    (``finetune.reset``) and what is carried on (``carried``, :meth:`Carried.describe`)."""
+    fresh = {
+        "optimizer": "the optimizer (Adam's moments)",
+        "schedule": f"the learning-rate schedule (warmup from update 0 to optimizer.lr={lr:g} over "
+        f"{warmup_steps} updates)",
+        "data_order": "the data order (epoch 0)",
+        "early_stopping": "early stopping",
+        "best_score": "the best score",
+    }
+    said = [text for part, text in fresh.items() if part in reset]
     return (
         f"init_from: starting from the weights of {init.describe()}, with its model config and "
-        f"SentencePiece model(s) as they are. Fresh, as in a new run: the optimizer (Adam's moments), "
-        f"the learning-rate schedule (warmup from update 0 to optimizer.lr={lr:g} over {warmup_steps} "
-        f"updates), the update counter (from 0), the data order (epoch 0), early stopping and the best "
-        f"score; checkpoints go to {ckpt_dir}"
+        f"SentencePiece model(s) as they are. Fresh (finetune.reset): {', '.join(said) or 'nothing'}; "
+        f"carried on from the checkpoint: {carried or 'nothing'}; the update counter starts from 0 and "
+        f"checkpoints go to {ckpt_dir}"
     )

@@ -260,6 +260,9 @@ class TranslationModule(L.LightningModule):
         self.fitted_schedule: FittedSchedule | None = None
         # optimizer.schedule=plateau: the multiplier training.plateau.PlateauDecay lowers (else 1).
         self.lr_scale = 1.0
+        # Updates the configured schedule has already run: a fine-tuned run continuing its
+        # checkpoint's schedule (training/finetune_reset.py) sets it; checkpoints keep it.
+        self.schedule_offset = 0
         self.output_dir: str | None = None  # where the test stage writes its translations
         self.test_scores: CorpusScores | None = None
         # Per split evaluated (each validation set's, or "test"), this rank's batches: the host's
@@ -462,11 +465,12 @@ class TranslationModule(L.LightningModule):
     def lr_factor(self, step: int) -> float:
         """The multiplier of the peak rate at update ``step`` (from 1): the configured schedule's,
         or from where one was fitted to a time budget (``training/budget_fit.py``) the fitted one's,
-        times ``lr_scale`` (lowered on plateaus by ``training/plateau.py``)."""
+        times ``lr_scale`` (lowered on plateaus by ``training/plateau.py``). The configured schedule
+        is read ``schedule_offset`` updates on (a fine-tuned run continuing its checkpoint's)."""
         fitted = self.fitted_schedule
         if fitted is not None and step >= fitted.start:
             return fitted.factor(step) * self.lr_scale
-        return self.configured_factor(step) * self.lr_scale
+        return self.configured_factor(step + self.schedule_offset) * self.lr_scale
 
     def _total_updates(self) -> int:
         """The run's optimizer updates, where the schedule decays to its floor.
@@ -665,6 +669,8 @@ class TranslationModule(L.LightningModule):
         checkpoint["nonfinite"] = self.nonfinite.state_dict()
         if self.fitted_schedule is not None:  # a resumed run keeps the schedule fitted to its budget
             checkpoint["fitted_schedule"] = self.fitted_schedule.state_dict()
+        if self.schedule_offset:  # and a fine-tuned run the schedule it continued
+            checkpoint["schedule_offset"] = self.schedule_offset
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         rng = checkpoint.get("rng")
@@ -678,6 +684,7 @@ class TranslationModule(L.LightningModule):
             self.nonfinite.load_state_dict(checkpoint["nonfinite"])
         if "fitted_schedule" in checkpoint:
             self.fitted_schedule = FittedSchedule.from_state_dict(checkpoint["fitted_schedule"])
+        self.schedule_offset = int(checkpoint.get("schedule_offset", 0))
 
 
 def rng_states(device: torch.device) -> dict[str, Tensor]:

@@ -44,6 +44,13 @@ from training.finetune import (
     load_weights,
     resumed_tokenizer_keys,
 )
+from training.finetune_reset import (
+    RESETTABLE,
+    CarriedOptimizer,
+    carried_state,
+    carry_callbacks,
+    parse_reset,
+)
 from training.memory import configure_allocators, peak_resident_mib
 from training.module import TranslationModule
 from training.plateau import PlateauDecay
@@ -358,8 +365,15 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
     # Fine-tuning: the checkpoint is read, and the config checked against its model, before anything
     # is written; its SentencePiece model(s) become the data's, in the config that config.yaml records.
     init = _init_point(cfg, output_dir)
+    carried, reset = None, frozenset(RESETTABLE)
     if init is not None:
         record.fields.update(init_from=str(init.path), init_from_updates=init.global_step)
+        # What is carried on from it besides the weights (finetune.reset), read and checked now.
+        reset = parse_reset(OmegaConf.to_container(cfg.finetune.reset, resolve=True))
+        budget_fit = bool(cfg.trainer.get("max_time")) and cfg.schedule.fit == "budget"
+        early = cfg.early_stopping.patience is not None
+        carried = carried_state(init.path, reset, selection.monitor, early, budget_fit)
+        record.fields.update(finetune_reset=sorted(reset))
     (output_dir / "config.yaml").write_text(
         f"# trainer.precision: {precision.requested} -> {precision.precision}: {precision.reason}\n"
         + OmegaConf.to_yaml(cfg, resolve=True)
@@ -432,6 +446,10 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
         logger.info("init_from: not loaded; the requeued run resumes from %s", resume.path)
     elif init is not None:
         load_weights(module, init)
+        if carried.schedule_offset is not None:
+            module.schedule_offset = carried.schedule_offset
+        if carried.epoch_offset is not None:
+            datamodule.epoch_offset = carried.epoch_offset
 
     ckpt_path = None if resume is None else str(resume.path)
     ckpt_dir = output_dir / "checkpoints"
@@ -485,8 +503,14 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
             )
         )
     stopping = cfg.early_stopping
+    stopper = None
     if stopping.patience is not None:
-        callbacks.append(early_stopping(int(stopping.patience), float(stopping.min_delta), selection))
+        stopper = early_stopping(int(stopping.patience), float(stopping.min_delta), selection)
+        callbacks.append(stopper)
+    if carried is not None and resume is None:  # the checkpoint's state, where finetune.reset keeps it
+        carry_callbacks(carried, plan.best, stopper)
+        if carried.optimizer is not None:
+            callbacks.append(CarriedOptimizer(carried.optimizer, carried.path))
     fitter = None
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     if cfg.train and cfg.trainer.get("max_time"):
@@ -545,7 +569,10 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
             logger.info("resuming from %s", ckpt_path)
         elif init is not None:
             opt = cfg.optimizer
-            logger.info("%s", fresh_state_said(init, float(opt.lr), int(opt.warmup_steps), ckpt_dir))
+            said = fresh_state_said(
+                init, float(opt.lr), int(opt.warmup_steps), ckpt_dir, reset, carried.describe()
+            )
+            logger.info("%s", said)
         try:
             trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
         except SIGTERMException as stop:  # SIGTERM or SIGUSR1: last.ckpt is saved (training/preemption.py)

@@ -42,6 +42,7 @@ SAFE_TO_CHANGE = (
     # A resumed run's weights are ckpt_path's; init_from only chose those its run started from (and
     # the SentencePiece model it gave, data.spm_model, is checked as a key of its own).
     "init_from",
+    "finetune",
     "resume",
     "train",
     "test",

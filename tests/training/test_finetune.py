@@ -73,7 +73,7 @@ def test_at_learning_rate_zero_a_finetuned_run_validates_as_its_checkpoint_did(
     for fresh in (
         "Adam's moments",
         "warmup from update 0",
-        "update counter (from 0)",
+        "update counter starts from 0",
         "data order",
         "best score",
     ):

@@ -1,0 +1,175 @@
+"""``finetune.reset``: what a fine-tuned run takes fresh, and what it carries on from its checkpoint.
+
+- carried on, Adam's step counts and the learning rate continue from the checkpoint's update;
+- a resumed fine-tuned run keeps the schedule it continued;
+- carried on, early stopping stops sooner than fresh, by the validations the checkpoint had waited,
+  and no best checkpoint is written where no validation beats the checkpoint's best;
+- the data order continues: epoch ``e`` with an offset is epoch ``offset + e`` without, and the
+  offset survives the sampler's state;
+- what the checkpoint cannot give, or the run cannot take, is refused naming the part.
+"""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from data.batching import TokenBucketBatchSampler
+from tests.training.test_finetune import LR, WARMUP, _overrides, toy  # noqa: F401 (fixture)
+from tests.training.test_pipeline import compose_config
+from training.finetune import FineTuneError
+from training.finetune_reset import RESETTABLE, parse_reset
+from training.pipeline import train
+from training.schedule import inverse_sqrt_factor
+
+STEPS = ["checkpoint.every_n_updates=2", "trainer.log_every_n_steps=1"]
+
+
+@pytest.fixture(scope="module")
+def watched(toy, tmp_path_factory):  # noqa: F811
+    """4 updates, validated every 2, stopping early after 3 validations without improvement."""
+    out = tmp_path_factory.mktemp("watched") / "run"
+    extra = ["trainer.max_steps=4", "early_stopping.patience=3", "average_last=2", *STEPS]
+    results = train(compose_config(_overrides(toy, extra), out))
+    return out / "checkpoints" / "last.ckpt", results
+
+
+def _finetune(toy, out: Path, ckpt: Path, reset: list[str], extra: list[str]) -> dict:  # noqa: F811
+    overrides = [f"init_from={ckpt}", f"finetune.reset=[{','.join(reset)}]", *STEPS, *extra]
+    return train(compose_config(_overrides(toy, overrides), out))
+
+
+def _lr_rows(out: Path) -> list[float]:
+    with open(out / "logs" / "metrics.csv", newline="") as f:
+        return [float(r["train/lr"]) for r in csv.DictReader(f) if r.get("train/lr")]
+
+
+def test_parts_are_checked_by_name():
+    assert parse_reset(list(RESETTABLE)) == frozenset(RESETTABLE) and parse_reset([]) == frozenset()
+    with pytest.raises(FineTuneError, match=r"finetune\.reset: schedules is not one of optimizer, sched"):
+        parse_reset(["optimizer", "schedules"])
+    with pytest.raises(FineTuneError, match=r"must be a list of parts"):
+        parse_reset("optimizer")
+
+
+def test_carried_on_adam_and_the_schedule_continue_from_the_checkpoints_update(toy, watched, tmp_path):  # noqa: F811
+    ckpt, _ = watched
+    saved = torch.load(ckpt, map_location="cpu", weights_only=True)
+    assert saved["global_step"] == 4
+    out = tmp_path / "ft"
+    results = _finetune(toy, out, ckpt, [], ["trainer.max_steps=2", "early_stopping.patience=5"])
+    assert results["ending_update"] == 2 and results["finetune_reset"] == []
+    last = torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    # Adam's step counts go on from the checkpoint's 4.
+    assert {int(s["step"]) for s in last["optimizer_states"][0]["state"].values()} == {6}
+    assert _lr_rows(out)[0] == pytest.approx(LR * inverse_sqrt_factor(5, WARMUP))  # update 1 reads 5's
+    assert last["schedule_offset"] == 4
+    [state] = [s for k, s in last.items() if k.endswith("DataModule")]
+    assert state["train_sampler"]["epoch_offset"] == saved["epoch"] + 1
+
+
+def test_fresh_by_default(toy, watched, tmp_path):  # noqa: F811
+    ckpt, _ = watched
+    out = tmp_path / "ft"
+    results = _finetune(toy, out, ckpt, list(RESETTABLE), ["trainer.max_steps=2"])
+    last = torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert {int(s["step"]) for s in last["optimizer_states"][0]["state"].values()} == {2}
+    assert _lr_rows(out)[0] == pytest.approx(LR * inverse_sqrt_factor(1, WARMUP))
+    assert "schedule_offset" not in last and results["finetune_reset"] == sorted(RESETTABLE)
+    assert len(list((out / "checkpoints").glob("best-*.ckpt"))) == 1
+
+
+def test_a_resumed_finetuned_run_keeps_the_schedule_it_continued(toy, watched, tmp_path):  # noqa: F811
+    ckpt, _ = watched
+    first = tmp_path / "ft"
+    keep_schedule = [p for p in RESETTABLE if p != "schedule"]
+    _finetune(toy, first, ckpt, keep_schedule, ["trainer.max_steps=2"])
+    out = shutil.copytree(first, tmp_path / "copy")
+    resumed = tmp_path / "resumed"
+    overrides = [*STEPS, "trainer.max_steps=4", f"ckpt_path={out / 'checkpoints' / 'last.ckpt'}"]
+    assert train(compose_config(_overrides(toy, overrides), resumed))["ending_update"] == 4
+    lrs = _lr_rows(resumed)  # the resumed run's rows: updates 3 and 4 read the schedule at 7 and 8
+    assert lrs[-1] == pytest.approx(LR * inverse_sqrt_factor(8, WARMUP))
+
+
+def test_carried_on_early_stopping_stops_sooner_by_the_validations_it_had_waited(
+    toy,  # noqa: F811
+    watched,
+    tmp_path,
+):
+    """At lr 0 no validation improves on the checkpoint's: fresh, early stopping takes the first as
+    its best and stops ``patience`` later; carried on, it stops after ``patience - waited``."""
+    ckpt, _ = watched
+    saved = torch.load(ckpt, map_location="cpu", weights_only=True)
+    [waited] = [s["wait_count"] for k, s in saved["callbacks"].items() if k.startswith("EarlyStopping")]
+    patience = 2
+    extra = ["optimizer.lr=0.0", "trainer.max_steps=20", f"early_stopping.patience={patience}"]
+    fresh = _finetune(toy, tmp_path / "fresh", ckpt, list(RESETTABLE), extra)
+    carried = _finetune(toy, tmp_path / "carried", ckpt, ["optimizer", "schedule", "data_order"], extra)
+    assert fresh["ending_update"] == 2 * (patience + 1)
+    assert carried["ending_update"] == 2 * max(patience - waited, 1)
+    # The best score carried on: no validation of this run beats the checkpoint's, so no best-* file.
+    assert len(list((tmp_path / "fresh" / "checkpoints").glob("best-*.ckpt"))) == 1
+    assert not list((tmp_path / "carried" / "checkpoints").glob("best-*.ckpt"))
+
+
+def test_the_data_order_continues_from_an_offset_and_keeps_it_in_its_state():
+    rng = np.random.default_rng(0)
+    src, tgt = rng.integers(1, 30, 200), rng.integers(1, 30, 200)
+
+    def batches(offset: int, epoch: int) -> list[list[int]]:
+        sampler = TokenBucketBatchSampler(src, tgt, max_tokens=120, shuffle=True, seed=3)
+        sampler.epoch_offset = offset
+        sampler.set_epoch(epoch)
+        return [list(b) for b in sampler]
+
+    assert batches(5, 0) == batches(0, 5) and batches(5, 2) == batches(0, 7)
+    assert batches(5, 0) != batches(0, 0)
+    sampler = TokenBucketBatchSampler(src, tgt, max_tokens=120, shuffle=True, seed=3)
+    sampler.epoch_offset = 5
+    restored = TokenBucketBatchSampler(src, tgt, max_tokens=120, shuffle=True, seed=3)
+    restored.load_state_dict(sampler.state_dict())
+    assert restored.epoch_offset == 5
+
+
+REFUSED = {
+    "an average holds no optimizer": (
+        "averaged.ckpt",
+        ["early_stopping", "best_score", "schedule", "data_order"],
+        [],
+        r"finetune\.reset leaves out optimizer, but .*averaged\.ckpt holds 0 optimizer states, not "
+        r"one \(an average of checkpoints holds their weights only\): add optimizer to finetune\.reset",
+    ),
+    "no early stopping in this run": (
+        "last.ckpt",
+        ["optimizer", "best_score", "schedule", "data_order"],
+        [],
+        r"leaves out early_stopping, but this run does not stop early \(early_stopping\.patience",
+    ),
+    "another metric": (
+        "last.ckpt",
+        ["optimizer", "early_stopping", "schedule", "data_order"],
+        ["checkpoint.metric=chrf"],
+        r"leaves out best_score, but .* holds no best checkpoint's score on val/chrf",
+    ),
+    "a schedule fitted to the budget": (
+        "last.ckpt",
+        ["optimizer", "early_stopping", "best_score", "data_order"],
+        ["trainer.max_time=00:00:01:00", "schedule.fit=budget"],
+        r"leaves out schedule, but schedule\.fit=budget fits a schedule of its own",
+    ),
+}
+
+
+@pytest.mark.parametrize("name, reset, extra, said", REFUSED.values(), ids=REFUSED.keys())
+def test_what_cannot_be_carried_is_refused_naming_the_part(toy, watched, tmp_path, name, reset, extra, said):  # noqa: F811
+    ckpt = watched[0].parent / name
+    with pytest.raises(FineTuneError, match=said) as err:
+        _finetune(toy, tmp_path / "run", ckpt, reset, ["trainer.max_steps=2", *extra])
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "run" / "checkpoints").exists()  # refused before training
