@@ -7,6 +7,7 @@ few training steps make the outputs end with EOS; the tests also translate with 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,29 @@ def multilingual_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     train_briefly(model, proto, proto, tagged)
     fields = inference_fields(proto, None, "en", "de", target_tags=TAGS)
     return write_checkpoint(tmp_path_factory.mktemp("multilingual") / "en_defr.ckpt", model, fields)
+
+
+def export_with_tags(
+    checkpoint: Path, fmt: str, out: Path
+) -> tuple[dict[str, str], list[str], dict[str, list[str]]]:
+    """Exports a multilingual checkpoint to ``out`` by the command line and checks that the export
+    records its tags (``target_tags.json``) and that the card lists every language and the tag.
+
+    Returns:
+        The tags by language, 8 source sentences, and per language our greedy translations of them
+        (what the export must give with the language's tag before each source), which differ by
+        language.
+    """
+    from translation import Translator
+    from translation.export.__main__ import main
+
+    assert main(["--checkpoint", str(checkpoint), "--format", fmt, "--output", str(out)]) == 0
+    tags = json.loads((out / "target_tags.json").read_text())
+    assert tags == TAGS
+    card = (out / "README.md").read_text()
+    assert "- de\n- fr" in card and "`<2de>` for de, `<2fr>` for fr" in card and "tags[" in card
+    texts = [s for s, _ in toy_pairs(8, seed=9)]
+    ours = {lang: Translator.from_checkpoint(checkpoint, target_lang=lang) for lang in tags}
+    expected = {lang: translator.translate(texts, greedy=True) for lang, translator in ours.items()}
+    assert expected["de"] != expected["fr"]  # the tag chooses the language
+    return tags, texts, expected

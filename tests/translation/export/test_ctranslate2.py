@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 
-from tests.toy_text import toy_pairs
-from tests.translation.export.conftest import TAGS, TEXTS, output_limit
+from tests.translation.export.conftest import TEXTS, export_with_tags, output_limit
 from translation import Translator
 from translation.export.__main__ import main
 
@@ -89,19 +88,6 @@ def test_a_multilingual_export_keeps_its_tags_and_translates_into_each_language(
     multilingual_checkpoint: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "en_defr"
-    assert (
-        main(["--checkpoint", str(multilingual_checkpoint), "--format", "ctranslate2", "--output", str(out)])
-        == 0
-    )
-    tags = json.loads((out / "target_tags.json").read_text())
-    assert tags == TAGS
-    card = (out / "README.md").read_text()
-    assert "- de\n- fr" in card and "`<2de>` for de, `<2fr>` for fr" in card and "tags[" in card
-    texts = [s for s, _ in toy_pairs(8, seed=9)]
-    outputs = {}
+    tags, texts, expected = export_with_tags(multilingual_checkpoint, "ctranslate2", out)
     for lang, tag in tags.items():
-        ours = Translator.from_checkpoint(multilingual_checkpoint, target_lang=lang)
-        expected = ours.translate(texts, greedy=True)
-        assert ct2_greedy(out, [f"{tag} {t}" for t in texts]) == expected
-        outputs[lang] = expected
-    assert outputs["de"] != outputs["fr"]  # the tag chooses the language
+        assert ct2_greedy(out, [f"{tag} {t}" for t in texts]) == expected[lang]

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
 
 from common.checkpoint_fields import inference_fields
-from tests.toy_text import toy_pairs
 from tests.transformer.helpers import tiny_model
-from tests.translation.export.conftest import TAGS, TEXTS, output_limit
+from tests.translation.export.conftest import TEXTS, export_with_tags, output_limit
 from transformer.embeddings import sinusoidal_table
 from translation import Translator
 from translation.checkpoint import load_checkpoint, write_checkpoint
@@ -119,21 +117,8 @@ def test_pre_ln_model_is_refused_in_one_line(
 def test_a_multilingual_export_keeps_its_tags_and_translates_into_each_language(
     multilingual_checkpoint: Path, tmp_path: Path
 ) -> None:
-    """The Hugging Face export of an en→{de,fr} model: its tags in ``target_tags.json`` and the card,
-    and each tag before a source translates into its language as ours does, through generate()."""
+    """Each tag before a source translates into its language as ours does, through generate()."""
     out = tmp_path / "en_defr"
-    args = ["--checkpoint", str(multilingual_checkpoint), "--format", "huggingface", "--output", str(out)]
-    assert main(args) == 0
-    tags = json.loads((out / "target_tags.json").read_text())
-    assert tags == TAGS
-    card = (out / "README.md").read_text()
-    assert "- de\n- fr" in card and "`<2de>` for de, `<2fr>` for fr" in card and "tags[" in card
-    texts = [s for s, _ in toy_pairs(8, seed=9)]
-    outputs = {}
+    tags, texts, expected = export_with_tags(multilingual_checkpoint, "huggingface", out)
     for lang, tag in tags.items():
-        expected = Translator.from_checkpoint(multilingual_checkpoint, target_lang=lang).translate(
-            texts, greedy=True
-        )
-        assert hf_greedy(out, [f"{tag} {t}" for t in texts])[0] == expected
-        outputs[lang] = expected
-    assert outputs["de"] != outputs["fr"]  # the tag chooses the language
+        assert hf_greedy(out, [f"{tag} {t}" for t in texts])[0] == expected[lang]
