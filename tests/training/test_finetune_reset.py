@@ -39,8 +39,11 @@ def watched(toy, tmp_path_factory):  # noqa: F811
     return out / "checkpoints" / "last.ckpt", results
 
 
-def _finetune(toy, out: Path, ckpt: Path, reset: list[str], extra: list[str]) -> dict:  # noqa: F811
-    overrides = [f"init_from={ckpt}", f"finetune.reset=[{','.join(reset)}]", *STEPS, *extra]
+def _finetune(toy, out: Path, ckpt: Path, reset: list[str] | None, extra: list[str]) -> dict:  # noqa: F811
+    """Fine-tuned from ``ckpt``, ``finetune.reset`` as given (None: the config's default)."""
+    overrides = [f"init_from={ckpt}", *STEPS, *extra]
+    if reset is not None:
+        overrides.append(f"finetune.reset=[{','.join(reset)}]")
     return train(compose_config(_overrides(toy, overrides), out))
 
 
@@ -76,7 +79,7 @@ def test_carried_on_adam_and_the_schedule_continue_from_the_checkpoints_update(t
 def test_fresh_by_default(toy, watched, tmp_path):  # noqa: F811
     ckpt, _ = watched
     out = tmp_path / "ft"
-    results = _finetune(toy, out, ckpt, list(RESETTABLE), ["trainer.max_steps=2"])
+    results = _finetune(toy, out, ckpt, None, ["trainer.max_steps=2"])
     last = torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert {int(s["step"]) for s in last["optimizer_states"][0]["state"].values()} == {2}
     assert _lr_rows(out)[0] == pytest.approx(LR * inverse_sqrt_factor(1, WARMUP))
