@@ -247,3 +247,4 @@ class CarriedOptimizer(Callback):
             )
         # The moments are the checkpoint's; the groups (rate, betas, eps, weight decay) this run's.
         optimizer.load_state_dict({"state": self.state["state"], "param_groups": current["param_groups"]})
+        self.state = {}  # copied into the optimizer: the checkpoint's memory-mapped file may go
