@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
 
 import torch
@@ -81,6 +82,105 @@ def _pick(log_probs: Tensor, rows: slice, uniforms: Tensor, config: SamplingConf
     return chosen, log_probs.gather(1, chosen[:, None]).squeeze(1)
 
 
+@dataclass
+class _Samples:
+    """The n * N samples being drawn: row ``r`` is sample ``r % N`` of sentence ``r // N``.
+
+    The N samples of a sentence are N decoder rows from the first step on, sharing the sentence's
+    encoder output and cross-attention K/V (g = N rows per source). A row that has ended stays
+    until its sentence's last one has (its further tokens are not kept), then they all leave.
+
+    Attributes:
+        out: [n*N, steps] each sample's tokens, EOS-filled.
+        log_prob: [n*N] fp64 each sample's log-probability so far.
+        ended: [n*N] whether it has ended (by EOS or at its length limit).
+        sentence_of: [n*N] each sample's sentence.
+        active: [rows] the sample of each live decoder row.
+        tokens: [rows] each live row's latest token (BOS at the first step), fed next.
+    """
+
+    out: Tensor
+    log_prob: Tensor
+    ended: Tensor
+    sentence_of: Tensor
+    active: Tensor
+    tokens: Tensor
+
+    @classmethod
+    def start(cls, src: Tensor, nsamples: int, steps: int, bos_id: int, eos_id: int) -> _Samples:
+        """``nsamples`` empty samples of each sentence of ``src`` [n, src_len], at BOS."""
+        total, device = src.size(0) * nsamples, src.device
+        return cls(
+            src.new_full((total, steps), eos_id),
+            torch.zeros(total, dtype=torch.float64, device=device),
+            torch.zeros(total, dtype=torch.bool, device=device),
+            torch.arange(src.size(0), device=device).repeat_interleave(nsamples),
+            torch.arange(total, device=device),
+            src.new_full((total,), bos_id),
+        )
+
+
+def _draw_step(
+    step: SearchStep, samples: _Samples, t: int, uniforms: Tensor, config: SamplingConfig
+) -> tuple[Tensor, Tensor]:
+    """Each live row's next token and its log-probability, each [rows]; ``uniforms``: [n*N, steps]."""
+    active = samples.active
+    pick = partial(_pick, uniforms=uniforms[active, t], config=config)
+    blocks = step.scores(
+        step.decode(samples.tokens),
+        t,
+        pick,
+        pick,
+        history=samples.out[active, :t] if step.wants_history else None,
+        sentences=samples.sentence_of[active],
+    )
+    return torch.cat([tok for tok, _ in blocks]), torch.cat([lp for _, lp in blocks])
+
+
+def _record(
+    samples: _Samples, t: int, tokens: Tensor, log_probs: Tensor, max_lens: Tensor, eos_id: int
+) -> None:
+    """Keeps step ``t``'s draws ``tokens`` [rows] and their ``log_probs`` [rows] for the rows that
+    had not ended, and marks those that end now (by EOS or at the length limit ``max_lens`` [n])."""
+    active = samples.active
+    live = ~samples.ended[active]  # (rows,)
+    samples.out[active[live], t] = tokens[live]
+    samples.log_prob[active[live]] += log_probs[live].double()
+    samples.ended[active] |= (tokens == eos_id) | (max_lens[samples.sentence_of[active]] <= t + 1)
+
+
+def _drop_done(step: SearchStep, samples: _Samples, tokens: Tensor, nsamples: int) -> bool:
+    """Drops the sentences whose every sample has ended and feeds the others' draws ``tokens``
+    [rows] next; False once no sentence is left."""
+    done = samples.ended[samples.active].view(-1, nsamples).all(dim=1)  # (live sentences,)
+    if done.any():
+        keep = (~done).nonzero().squeeze(1)
+        if keep.numel() == 0:
+            return False
+        keep_rows = (keep[:, None] * nsamples + torch.arange(nsamples, device=keep.device)).view(-1)
+        step.select(keep_rows, keep)
+        samples.active, tokens = samples.active[keep_rows], tokens[keep_rows]
+    samples.tokens = tokens
+    return True
+
+
+def _hypotheses(
+    samples: _Samples, max_lens: Tensor, nsamples: int, eos_id: int, alpha: float
+) -> list[list[Hypothesis]]:
+    """Per sentence, its samples cut at EOS or its limit ``max_lens`` [n], sorted by score."""
+    results: list[list[Hypothesis]] = []
+    rows, log_probs = samples.out.tolist(), samples.log_prob.tolist()  # read once
+    for i, limit in enumerate(max_lens.tolist()):
+        hyps = []
+        for r in range(i * nsamples, (i + 1) * nsamples):
+            row = rows[r][:limit]
+            ids = row[: row.index(eos_id)] if eos_id in row else row
+            lp = log_probs[r]
+            hyps.append(Hypothesis(ids, lp / length_penalty(len(ids) + 1, alpha), lp, r - i * nsamples))
+        results.append(sorted(hyps, key=lambda h: -h.score))
+    return results
+
+
 @torch.no_grad()
 def sample(
     model: Transformer | Ensemble | Stepwise,
@@ -115,60 +215,20 @@ def sample(
     """
     if nsamples < 1:
         raise ValueError(f"nsamples must be at least 1, not {nsamples}")
-    n, device = src.size(0), src.device
     cfg = model.cfg
-    constraints = search_constraints(eos_id, min_len, no_repeat_ngram, prefixes, device)
+    constraints = search_constraints(eos_id, min_len, no_repeat_ngram, prefixes, src.device)
     max_lens = max_output_lengths(
         src, cfg.pad_id, max_len_a, max_len_b, cfg.max_positions - 1, constraints.prefix_lengths()
     )
     steps = int(max_lens.max())
     sources = [row[row != cfg.pad_id].tolist() for row in src.cpu()]
-    seeds = [sample_seed(config.seed, sources[i], j) for i in range(n) for j in range(nsamples)]
-    uniforms = uniform_draws(seeds, steps).to(device)  # (n*N, steps): row r's draw of step t
-    # The N samples of a sentence are N rows from the first step on, sharing the sentence's
-    # encoder output and cross-attention K/V (g = N rows per source). A row that has ended stays
-    # until its sentence's last one has (its further tokens are not kept), then they all leave.
+    seeds = [sample_seed(config.seed, source, j) for source in sources for j in range(nsamples)]
+    uniforms = uniform_draws(seeds, steps).to(src.device)  # (n*N, steps): row r's draw of step t
     step = SearchStep(model, src, steps + 1, constraints, need_log_probs=True)
-    total = n * nsamples
-    sentence_of = torch.arange(n, device=device).repeat_interleave(nsamples)  # (n*N,)
-    out = src.new_full((total, steps), eos_id)  # (n*N, steps), EOS-filled
-    log_prob = torch.zeros(total, dtype=torch.float64, device=device)
-    ended = torch.zeros(total, dtype=torch.bool, device=device)
-    active = torch.arange(total, device=device)  # original row of each live row
-    tokens = src.new_full((total,), bos_id)
+    samples = _Samples.start(src, nsamples, steps, bos_id, eos_id)
     for t in range(steps):
-        hidden = step.decode(tokens)
-        pick = partial(_pick, uniforms=uniforms[active, t], config=config)
-        blocks = step.scores(
-            hidden,
-            t,
-            pick,
-            pick,
-            history=out[active, :t] if step.wants_history else None,
-            sentences=sentence_of[active],
-        )
-        next_tokens = torch.cat([tok for tok, _ in blocks])  # (rows,)
-        live = ~ended[active]
-        out[active[live], t] = next_tokens[live]
-        log_prob[active[live]] += torch.cat([lp for _, lp in blocks])[live].double()
-        ended[active] |= (next_tokens == eos_id) | (max_lens[sentence_of[active]] <= t + 1)
-        done = ended[active].view(-1, nsamples).all(dim=1)  # (live sentences,)
-        if done.any():
-            keep = (~done).nonzero().squeeze(1)
-            if keep.numel() == 0:
-                break
-            keep_rows = (keep[:, None] * nsamples + torch.arange(nsamples, device=device)).view(-1)
-            step.select(keep_rows, keep)
-            active, next_tokens = active[keep_rows], next_tokens[keep_rows]
-        tokens = next_tokens
-    results: list[list[Hypothesis]] = []
-    rows, log_probs = out.tolist(), log_prob.tolist()  # read once
-    for i, limit in enumerate(max_lens.tolist()):
-        hyps = []
-        for r in range(i * nsamples, (i + 1) * nsamples):
-            row = rows[r][:limit]
-            ids = row[: row.index(eos_id)] if eos_id in row else row
-            lp = log_probs[r]
-            hyps.append(Hypothesis(ids, lp / length_penalty(len(ids) + 1, alpha), lp, r - i * nsamples))
-        results.append(sorted(hyps, key=lambda h: -h.score))
-    return results
+        tokens, log_probs = _draw_step(step, samples, t, uniforms, config)  # (rows,) each
+        _record(samples, t, tokens, log_probs, max_lens, eos_id)
+        if not _drop_done(step, samples, tokens, nsamples):
+            break
+    return _hypotheses(samples, max_lens, nsamples, eos_id, alpha)
