@@ -9,9 +9,15 @@ Tests marked ``cpu_dependent`` take the path the CPU's capability report chooses
 them again under ``../shared/tools/emulate-cpu`` with ``NMT_EXPECT_CPU_CAPABILITY=AVX2``: that run
 stops before its first test unless PyTorch, in this process, reports that capability and no
 native bf16, so that its tests cannot pass on the host's CPU by mistake.
+
+The export round trips (``tests/translation/export``) skip, saying what to install, where the
+export packages are missing. ``.ci/run`` sets ``NMT_REQUIRE_EXPORT=1``: there, any skip of an export
+test (a whole module's, when ``pytest.importorskip`` finds no package, or a single test's) is
+reported as a failure instead, so that CI cannot pass without having run them.
 """
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,6 +25,8 @@ import torch
 from fastpaths import hardware
 
 EXPECT_CAPABILITY = "NMT_EXPECT_CPU_CAPABILITY"
+REQUIRE_EXPORT = "NMT_REQUIRE_EXPORT"
+EXPORT_TESTS = Path(__file__).parent / "translation" / "export"
 # Capabilities without bf16 arithmetic: where PyTorch reports one, bf16 can only be emulated.
 _NO_BF16 = ("DEFAULT", "NO AVX", "AVX2")
 
@@ -56,3 +64,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("gpu") is not None:
             item.add_marker(skip)
+
+
+def _fail_a_required_skip(
+    node: pytest.Item | pytest.Collector, report: pytest.TestReport | pytest.CollectReport
+) -> None:
+    """Makes ``report`` a failure where it is a skip of an export test and CI requires them."""
+    if not (report.skipped and os.environ.get(REQUIRE_EXPORT)) or hasattr(report, "wasxfail"):
+        return
+    if EXPORT_TESTS not in Path(node.path).parents:
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    report.outcome = "failed"
+    report.longrepr = f"{REQUIRE_EXPORT} is set: the export tests must run, but this one skipped: {reason}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    report = yield
+    _fail_a_required_skip(collector, report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    _fail_a_required_skip(item, report)
+    return report
