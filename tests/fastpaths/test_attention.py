@@ -19,9 +19,13 @@ def test_softmax_equals_torch_softmax(length):
     scores[0, 0, 0, : length - 1] = float("-inf")  # one key left
     with torch.no_grad():
         torch.testing.assert_close(cpu_attention.softmax(scores.clone()), scores.softmax(dim=-1))
-    leaf = scores.clone().requires_grad_()
-    cpu_attention.softmax(leaf)[..., 0].sum().backward()
+    leaf, reference = scores.clone().requires_grad_(), scores.clone().requires_grad_()
+    weights = cpu_attention.softmax(leaf)
+    torch.testing.assert_close(weights, reference.softmax(dim=-1))
+    weights[..., 0].sum().backward()
+    reference.softmax(dim=-1)[..., 0].sum().backward()
     assert leaf.grad is not None and torch.isfinite(leaf.grad).all()
+    torch.testing.assert_close(leaf.grad, reference.grad)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

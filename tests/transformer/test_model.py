@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from decoding.state import CachedDecoder
 from fastpaths.cpu import for_cpu_inference
@@ -109,10 +110,31 @@ def test_tied_embeddings_share_one_matrix_and_count_once():
 
 
 def test_learned_positions_and_gelu_train():
-    model = Transformer(tiny_config(positional="learned", activation="gelu")).train()
-    logits = model(random_tokens(2, 5, 37), random_tokens(2, 4, 41))
-    logits.sum().backward()
-    assert model.src_pos.table.grad is not None and model.src_pos.table.grad.abs().sum() > 0
+    model = Transformer(tiny_config(positional="learned", activation="gelu", dropout=0.0)).train()
+    layers = [*model.encoder.layers, *model.decoder.layers]
+    assert all(isinstance(layer.ffn.activation, torch.nn.GELU) for layer in layers)
+    src, tgt = random_tokens(2, 5, 37), random_tokens(2, 5, 41)
+    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
+
+    def loss() -> torch.Tensor:
+        return F.cross_entropy(model(src, tgt_in).transpose(1, 2), tgt_out)
+
+    first = loss()
+    first.backward()
+    # One trained vector per position: the positions used (5 source, 4 target) get gradients,
+    # the others none.
+    for pos, used in ((model.src_pos, 5), (model.tgt_pos, 4)):
+        assert pos.table.grad is not None
+        assert (pos.table.grad[:used].abs().sum(dim=1) > 0).all()
+        assert not pos.table.grad[used:].any()
+    tables = model.src_pos.table.detach().clone(), model.tgt_pos.table.detach().clone()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(20):
+        optimizer.zero_grad()
+        loss().backward()
+        optimizer.step()
+    assert loss().item() < 0.5 * first.item()  # it learns the batch
+    assert not torch.equal(model.src_pos.table, tables[0]) and not torch.equal(model.tgt_pos.table, tables[1])
 
 
 def test_too_long_input_is_a_clear_error():

@@ -18,6 +18,7 @@ from translation.checkpoint import CheckpointError, read_checkpoint, write_check
 
 SRC_TEXT = [" ".join(LEXICON)]
 TGT_TEXT = [" ".join(LEXICON.values())]
+SENTENCES = ["ein hund läuft", "der mann", "ein", "katze"]
 
 
 @pytest.fixture(scope="module")
@@ -65,14 +66,23 @@ def test_checkpoint_follows_the_contract(good: Path, protos: dict[str, bytes]) -
 
 def test_a_failed_write_leaves_the_previous_checkpoint(good: Path, protos: dict[str, bytes]) -> None:
     before = good.read_bytes()
+    previous = Translator.from_checkpoint(good, "cpu")
+    translations = previous.translate(SENTENCES, beam_size=2)
     model = model_for(protos["src"], protos["tgt"])
+    # The model whose write fails translates otherwise: a file it overwrote would show.
+    other = Translator(model, previous.src_tokenizer, previous.tgt_tokenizer, 2, 3, torch.device("cpu"))
+    assert other.translate(SENTENCES, beam_size=2) != translations
     fields = inference_fields(protos["src"], protos["tgt"], "de", "en")
     # torch.save stops midway: a hyperparameter it cannot pickle.
     with pytest.raises(Exception, match="lambda|pickle"):
         write_checkpoint(good, model, fields, {"not_plain": lambda: None})
     assert good.read_bytes() == before
     assert sorted(p.name for p in good.parent.iterdir()) == [good.name]
-    assert Translator.from_checkpoint(good).translate(["ein"]) is not None
+    # Still usable, as it was: the same weights, the same translations.
+    reloaded = Translator.from_checkpoint(good, "cpu")
+    for key, value in reloaded.model.state_dict().items():
+        assert torch.equal(value, previous.model.state_dict()[key]), key
+    assert reloaded.translate(SENTENCES, beam_size=2) == translations
 
 
 def test_from_checkpoint_restores_model_and_tokenizers(good: Path) -> None:
@@ -137,7 +147,13 @@ def test_training_checkpoint_extras_are_ignored(good: Path, tmp_path: Path) -> N
     )
     checkpoint["state_dict"]["criterion.weight"] = torch.ones(3)
     torch.save(checkpoint, tmp_path / "lightning.ckpt")
-    Translator.from_checkpoint(tmp_path / "lightning.ckpt")
+    with_extras = Translator.from_checkpoint(tmp_path / "lightning.ckpt", "cpu")
+    plain = Translator.from_checkpoint(good, "cpu")
+    assert with_extras.model.cfg == plain.model.cfg
+    assert with_extras.model.state_dict().keys() == plain.model.state_dict().keys()  # no criterion.weight
+    for key, value in with_extras.model.state_dict().items():
+        assert torch.equal(value, plain.model.state_dict()[key]), key
+    assert with_extras.translate(SENTENCES, beam_size=2) == plain.translate(SENTENCES, beam_size=2)
 
 
 def _rewrite(good: Path, tmp_path: Path, change: Callable[[dict], None]) -> Path:
