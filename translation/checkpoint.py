@@ -21,14 +21,14 @@ A checkpoint is a Lightning-style dict written with ``torch.save`` and read back
   ``target_tags`` is optional: a checkpoint without it is a model of one target language.
 
 Lightning's own entries (``epoch``, ``optimizer_states``, ...) may be there too; inference does
-not read them. :func:`load_checkpoint` checks every step and raises :class:`CheckpointError` with
-a one-line message that names the file and what is wrong.
+not read them. The file is read by :func:`common.checkpoint_file.read_checkpoint`, the one reader of
+every program; :func:`load_checkpoint` checks every part and raises its :class:`CheckpointError`
+with a one-line message that names the file and what is wrong.
 """
 
 from __future__ import annotations
 
 import os
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,15 +36,14 @@ from typing import Any
 import torch
 
 from common.checkpoint_fields import FORMAT_VERSION
+from common.checkpoint_file import INFERENCE, CheckpointError, read_checkpoint
 from data.atomic import atomic_write
 from data.tokenizer import SPECIAL_IDS, SubwordTokenizer
 from transformer import Transformer, TransformerConfig
 
 MODEL_PREFIX = "model."
 
-
-class CheckpointError(Exception):
-    """A file that is not a usable checkpoint of this project; the message is one line."""
+__all__ = ["CheckpointError", "InferenceCheckpoint", "load_checkpoint", "read_checkpoint", "write_checkpoint"]
 
 
 def write_checkpoint(
@@ -73,51 +72,6 @@ def write_checkpoint(
     with atomic_write(path) as f:
         torch.save(checkpoint, f)
     return path
-
-
-def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """``torch.load(weights_only=True)`` on the CPU, with every failure a :class:`CheckpointError`.
-
-    Tensors are memory-mapped, so the optimizer state of a training checkpoint is not read.
-
-    Raises:
-        CheckpointError: missing, unreadable, truncated or foreign file, or a dict without the
-            ``"state_dict"`` and ``"nmt"`` entries.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise CheckpointError(f"{path}: no such file")
-    if not path.is_file():
-        raise CheckpointError(f"{path}: not a file")
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(4)
-    except OSError as err:
-        raise CheckpointError(f"{path}: cannot be read ({err.strerror})") from None
-    if magic != b"PK\x03\x04":  # torch.save writes a zip archive
-        raise CheckpointError(f"{path}: not a PyTorch checkpoint (not a file written by torch.save)")
-    if not zipfile.is_zipfile(path):
-        raise CheckpointError(
-            f"{path}: truncated or corrupted (the zip archive written by torch.save is incomplete)"
-        )
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as err:  # torch raises RuntimeError, UnpicklingError, ... with long texts
-        if "Weights only load failed" in str(err):
-            raise CheckpointError(
-                f"{path}: holds Python objects that weights_only=True refuses to load "
-                "(not a checkpoint of this project)"
-            ) from None
-        first_line = (str(err).splitlines() or [type(err).__name__])[0]
-        raise CheckpointError(f"{path}: cannot be loaded by torch.load ({first_line})") from None
-    if not isinstance(checkpoint, dict):
-        raise CheckpointError(f"{path}: holds a {type(checkpoint).__name__}, not a checkpoint dict")
-    missing = [key for key in ("state_dict", "nmt") if key not in checkpoint]
-    if missing:
-        raise CheckpointError(
-            f"{path}: not a checkpoint of this project (no {' or '.join(repr(k) for k in missing)} entry)"
-        )
-    return checkpoint
 
 
 def _config(path: Path, checkpoint: dict[str, Any]) -> TransformerConfig:
@@ -212,7 +166,7 @@ def load_checkpoint(path: str | os.PathLike, dtype: torch.dtype = torch.float32)
             (unknown format version, vocabulary sizes, weights that do not fit the configuration).
     """
     path = Path(path)
-    checkpoint = read_checkpoint(path)
+    checkpoint = read_checkpoint(path, INFERENCE)
     nmt = checkpoint["nmt"]
     if not isinstance(nmt, dict):
         raise CheckpointError(f"{path}: the 'nmt' entry is a {type(nmt).__name__}, not a dict")
