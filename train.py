@@ -23,8 +23,9 @@ configure_allocators()  # before torch is imported and allocates (fastpaths/allo
 
 from data.corpus import CorpusError, CorpusNotFoundError  # noqa: E402
 from data.tokenizer import SpmModelError  # noqa: E402
-from training.finetune import FineTuneError  # noqa: E402
-from training.pipeline import train  # noqa: E402
+from common.checkpoint_file import CheckpointError  # noqa: E402
+from training.moved_keys import MovedKeyError, refuse_moved_overrides  # noqa: E402
+from training.pipeline import ConfigError, train  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
@@ -33,10 +34,10 @@ def main(cfg: DictConfig) -> None:
     logging.getLogger("training").setLevel(logging.INFO)
     try:
         train(cfg)
-    except (CorpusNotFoundError, CorpusError, SpmModelError, FineTuneError) as err:
-        # A missing or damaged corpus, an unusable data.spm_model or init_from is the user's to
-        # fix, and the message says how (naming the file, line or key): print it alone. Hydra
-        # catches Exception only, so SystemExit passes it by without a traceback.
+    except (CorpusNotFoundError, CorpusError, SpmModelError, CheckpointError, ConfigError) as err:
+        # A missing or damaged corpus, an unusable data.spm_model, init_from or ckpt_path, a bad
+        # setting: the user's to fix, and the message says how (naming the file, line or key):
+        # print it alone. Hydra catches Exception only, so SystemExit passes it by without a traceback.
         sys.exit(f"train.py: error: {err}")
     except (MissingMandatoryValue, InterpolationToMissingValueError) as err:
         # A setting an experiment leaves to the command line (``???``), e.g. bt_dir.
@@ -45,4 +46,8 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    try:  # before Hydra, which would refuse a key that moved without saying where it went
+        refuse_moved_overrides(sys.argv[1:])
+    except MovedKeyError as err:
+        sys.exit(f"train.py: error: {err}")
     main()

@@ -72,7 +72,7 @@ def train_command(
         f"experiment={args.experiment}",
         f"hydra.run.dir={run_dir}",
         f"trainer.max_time={args.budget}",
-        f"optimizer.warmup_steps={args.warmup}",
+        f"lr.warmup_steps={args.warmup}",
         f"average_last={args.average_last}",
         "test_ckpt=averaged" if args.average_last > 1 else "test_ckpt=last",
         "logger=csv",

@@ -31,7 +31,7 @@ from bench.harness import (  # noqa: E402,I001
     write_json,
 )
 from common.metrics import corpus_scores  # noqa: E402
-from training.averaging import average_checkpoints  # noqa: E402
+from training.average import average_checkpoints  # noqa: E402
 from translation.translator import SearchOptions, Translator  # noqa: E402
 
 

@@ -68,6 +68,24 @@ def bleu_metrics(target_lang: str | None = None, tokenize: str | None = None) ->
         ) from None
 
 
+def check_bleu_tokenizers(languages: list[str], tokenize: str | None, key: str) -> None:
+    """Makes BLEU's tokenizer for each target language to be scored (``tokenize``, or the
+    language's own), so that a missing extra or an unknown name stops a program before its work
+    rather than at its first score.
+
+    Raises:
+        ValueError: one cannot be made, naming ``key`` (the setting), the language and what to install.
+    """
+    for language in languages:
+        try:
+            bleu_metrics(language, tokenize)
+        except ValueError as err:
+            extra = (
+                ' (the project\'s cjk extra has both MeCab tokenizers: python3 -m pip install -e ".[cjk]")'
+            )
+            raise ValueError(f"{key}={tokenize}: {err}{extra if 'mecab' in str(err) else ''}") from None
+
+
 def corpus_scores(
     hypotheses: list[str],
     references: list[str],

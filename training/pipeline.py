@@ -1,13 +1,28 @@
-"""What ``python train.py`` does, as a function of the composed config (tests call it too)."""
+"""What ``python train.py`` does, as a function of the composed config (tests call it too).
+
+A run is a recipe of named steps, each a screen or less, each reading what the ones before made:
+
+1. :func:`_settings`: the config checked before anything is written: keys that moved, the
+   attention mechanisms, the validation sets and the metric that selects checkpoints, the
+   precision, BLEU's tokenizer (and its extras), the ``lr`` and ``budget`` groups.
+2. :func:`_start`: where the run starts (:mod:`training.start`): fresh, resumed, initialised from a
+   checkpoint's weights, or tested; the one checkpoint file involved read once, its vocabulary pinned.
+3. :func:`_data`: the corpora prepared, the vocabulary trained or the start point's taken.
+4. :func:`_write_config`: ``config.yaml``, once, the vocabulary included.
+5. :func:`_module`: the model, its learning rate (:mod:`training.lr`), the start point's weights.
+6. :func:`_trainer`: the callbacks (:mod:`training.callbacks`), the loggers, the Trainer, the
+   device's fast paths.
+7. :func:`_fit`, :func:`_average`, :func:`_test`: training, the averaged weights, the test stage,
+   ``results.json`` and the learning curve.
+"""
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import logging
 import os
 import secrets
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,61 +31,34 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
-from lightning.pytorch.callbacks import Callback, EarlyStopping, LearningRateMonitor
-from lightning.pytorch.loggers import Logger
-from lightning.pytorch.plugins.io import TorchCheckpointIO
-from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
-from common.checkpoint_fields import inference_fields
-from data.atomic import atomic_write
+from common.metrics import check_bleu_tokenizers
 from data.corpora import parse_valid_sets
 from data.corpus import PROJECT_ROOT
 from fastpaths.optimize import optimize
-from training.attention_image import AttentionImage
-from training.averaging import average_checkpoints, write_average
-from training.budget import TimeBudgetCheck, max_time_seconds
-from training.budget_fit import BudgetFit, BudgetTimer, FitSettings
+from training.average import average_checkpoints
+from training.budget import BudgetSettings
+from training.callbacks import InferenceFields, RunCallbacks, run_callbacks
+from training.checkpoint_io import AtomicCheckpointIO
 from training.checkpoints import plan_checkpoints
-from training.ema import ExponentialMovingAverage
 from training.ending import FAILED, FINISHED, Ending, ending_after_fit, ending_of_exception
-from training.finetune import (
-    REGULARISATION_KEYS,
-    InitPoint,
-    check_model,
-    fresh_state_said,
-    init_point,
-    load_weights,
-    resumed_tokenizer_keys,
-)
-from training.finetune_reset import (
-    RESETTABLE,
-    CarriedOptimizer,
-    carried_state,
-    carry_callbacks,
-    parse_reset,
-)
-from training.memory import configure_allocators, peak_resident_mib
+from training.loggers import make_loggers
+from training.lr import RateSettings
+from training.lr.shapes import FLAT
+from training.memory import configure_allocators
 from training.module import TranslationModule
-from training.plateau import PlateauDecay
+from training.moved_keys import refuse_moved
 from training.plots import plot_learning_curve
-from training.precision import PrecisionChoice, choose_precision
-from training.preemption import Preempted, PreemptionCheckpoint
-from training.progress import ProgressBar, RunProgress
+from training.precision import PrecisionChoice, resolve_precision
+from training.preemption import Preempted
 from training.ranks import RankWatch, ddp_strategy
-from training.resume import (
-    ContinuedCSVLogger,
-    ResumePoint,
-    RunConfig,
-    check_config,
-    metrics_before,
-    read_checkpoint,
-    resume_point,
-)
-from training.schedule import FLAT
-from training.selection import DEFAULT_SELECTION, Selection, choose_selection, metric_prefix
-from training.vocabulary import resumed_vocabulary
+from training.run_record import RunRecord
+from training.selection import Selection, choose_selection
+from training.start import INITIALISED, RESUMED, TESTED, StartPoint, start_point
+from training.start.init import describe, fresh_state_said, load_weights
+from training.start.vocabulary import run_vocabulary
 from transformer.mechanisms import AttentionConfig
 
 logger = logging.getLogger(__name__)
@@ -114,44 +102,6 @@ def register_resolvers() -> None:
 register_resolvers()
 
 
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's checkpoint writer with the project's atomic writer: whole files or none.
-
-    Lightning's own writer goes through fsspec; this one writes every ``best``, ``last`` and
-    ``epoch*`` checkpoint with :func:`data.atomic.atomic_write`, as the averaged checkpoint and
-    the tokenizer cache are written.
-    """
-
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
-        if storage_options is not None:
-            raise TypeError(f"{type(self).__name__} takes no storage_options, got {storage_options!r}")
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_write(path) as f:
-            torch.save(checkpoint, f)
-
-
-class InferenceFields(Callback):
-    """Stores what translate.py needs (SentencePiece models, languages, ids) in every checkpoint."""
-
-    def __init__(self, fields: dict[str, Any]) -> None:
-        self.fields = fields
-
-    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
-        checkpoint["nmt"] = self.fields
-
-
-def _inference_fields(datamodule: Any, src_lang: str, tgt_lang: str) -> dict[str, Any]:
-    joint = datamodule.src_tokenizer is datamodule.tgt_tokenizer
-    return inference_fields(
-        src_lang=src_lang,
-        tgt_lang=tgt_lang,
-        src_spm=datamodule.src_tokenizer.model_proto,
-        tgt_spm=None if joint else datamodule.tgt_tokenizer.model_proto,
-        target_tags=datamodule.target_tags,
-    )
-
-
 def default_config() -> dict:
     """``conf/train.yaml`` composed without overrides: every setting's default (interpolations
     such as the output directory left unresolved: they need a running job)."""
@@ -164,123 +114,6 @@ def default_config() -> dict:
 def _to_plain_dict(cfg: DictConfig) -> dict:
     """``cfg`` as plain dicts and lists with interpolations resolved, as the module's hyperparameters."""
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
-
-
-def resolve_precision(cfg: DictConfig) -> PrecisionChoice:
-    """Sets ``cfg.trainer.precision`` to what the device computes well (``auto``) or keeps it; logs why."""
-    choice = choose_precision(cfg.trainer.get("precision", "32-true"), cfg.trainer.get("accelerator", "cpu"))
-    cfg.trainer.precision = choice.precision
-    if rank_zero_only.rank == 0:
-        said = (choice.precision, choice.requested, choice.reason)
-        logger.info("precision: %s (trainer.precision=%s): %s", *said)
-        if choice.slow_warning:
-            logger.warning(choice.slow_warning)
-    return choice
-
-
-# The package each optional logger needs, for a missing one's error message.
-LOGGER_PACKAGES = {"WandbLogger": ("wandb", "wandb"), "MLFlowLogger": ("mlflow", "mlflow")}
-
-
-def make_loggers(cfg: DictConfig, output_dir: Path, resume: ResumePoint | None = None) -> list[Logger]:
-    """logs/metrics.csv always, and the ``logger`` group's logger (TensorBoard by default; none for csv).
-
-    Resuming, ``metrics.csv`` starts with the resumed run's rows from before the checkpoint, and
-    TensorBoard writes on into the resumed run's ``tensorboard/`` (what the old run logged after the
-    checkpoint is purged from view), so that each shows one run, not two pieces.
-
-    Raises:
-        ModuleNotFoundError: ``logger=wandb`` or ``logger=mlflow`` without its optional extra.
-    """
-    previous = metrics_before(resume.run_dir, resume.global_step) if resume is not None else []
-    loggers: list[Logger] = [
-        ContinuedCSVLogger(save_dir=str(output_dir), name="logs", version="", previous=previous)
-    ]
-    chosen = cfg.get("logger")
-    if not chosen:  # logger=csv (an empty group option) or ~logger
-        return loggers
-    cls = str(chosen._target_).rsplit(".", 1)[-1]
-    if cls in LOGGER_PACKAGES:
-        package, extra = LOGGER_PACKAGES[cls]
-        if importlib.util.find_spec(package) is None:
-            raise ModuleNotFoundError(
-                f"logger={extra} needs the {package} package, an optional extra: "
-                f'python3 -m pip install -e ".[{extra}]" (or choose logger=tensorboard or logger=csv)'
-            )
-    if cls == "TensorBoardLogger" and resume is not None and resume.run_dir is not None:
-        return [*loggers, instantiate(chosen, save_dir=str(resume.run_dir), purge_step=resume.global_step)]
-    return [*loggers, instantiate(chosen)]
-
-
-def fit_settings(cfg: DictConfig) -> FitSettings:
-    """The ``schedule`` and ``validation`` settings of a run fitted to its budget (``schedule.fit``)."""
-    schedule, validation = cfg.get("schedule") or {}, cfg.get("validation") or {}
-    defaults = FitSettings()
-    return FitSettings(
-        warmup_fraction=float(schedule.get("warmup_fraction", defaults.warmup_fraction)),
-        average_fraction=float(schedule.get("average_fraction", defaults.average_fraction)),
-        refits=int(schedule.get("refits", defaults.refits)),
-        drift=float(schedule.get("drift", defaults.drift)),
-        max_share=float(validation.get("max_share", defaults.max_share)),
-    )
-
-
-def early_stopping(
-    patience: int, min_delta: float, selection: Selection = DEFAULT_SELECTION
-) -> EarlyStopping:
-    """Stops when the selection metric (validation BLEU by default) has not improved by more than
-    ``min_delta`` in ``patience`` validations."""
-    if patience < 1:
-        raise ValueError(f"early_stopping.patience must be null (off) or at least 1, not {patience}")
-    return EarlyStopping(
-        monitor=selection.monitor,
-        mode=selection.mode,
-        patience=patience,
-        min_delta=min_delta,
-        check_on_train_epoch_end=False,  # judged at every validation, also mid-epoch ones
-        verbose=True,
-    )
-
-
-class RunRecord:
-    """What ``results.json`` holds, filled in as the run goes, and written however it ends.
-
-    Attributes:
-        output_dir: the run directory.
-        trainer: the run's Trainer once made (its metrics and update go into the file).
-        fields: the precision chosen and why, once chosen.
-        valid_set_names: the names of ``data.valid_sets``; each one's last validation is grouped
-            under ``valid_sets`` in the file.
-    """
-
-    # What each validation set's entry under ``valid_sets`` holds.
-    VALID_SET_METRICS = ("bleu", "chrf", "loss", "ppl")
-
-    def __init__(self, output_dir: Path) -> None:
-        self.output_dir = output_dir
-        self.trainer: L.Trainer | None = None
-        self.fields: dict[str, Any] = {}
-        self.valid_set_names: list[str] = []
-
-    def metrics(self) -> dict[str, Any]:
-        """The trainer's latest metrics (validation, test) as floats; none before training."""
-        if self.trainer is None:
-            return {}
-        return {k: float(v) for k, v in self.trainer.callback_metrics.items()}
-
-    def write(self, results: dict[str, Any], ending: Ending) -> dict[str, Any]:
-        """Writes ``results.json`` (rank zero only) with the ending; returns what was written."""
-        results = {**results, **self.fields, **ending.as_results(), "peak_resident_mib": peak_resident_mib()}
-        if self.valid_set_names:  # each set's last validation, by name (also flat, as val/<name>/bleu)
-            results["valid_sets"] = {
-                name: {m: results.get(metric_prefix(name) + m) for m in self.VALID_SET_METRICS}
-                for name in self.valid_set_names
-            }
-        if rank_zero_only.rank == 0:
-            text = json.dumps(results, indent=2, sort_keys=True) + "\n"
-            with atomic_write(self.output_dir / "results.json") as f:  # a reader never sees half of it
-                f.write(text.encode())
-        return results
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
@@ -307,36 +140,58 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         raise
 
 
-def _init_point(cfg: DictConfig, output_dir: Path) -> InitPoint | None:
-    """``init_from``'s checkpoint, checked against the run's config, its SentencePiece model(s) put in
-    the run and in ``cfg.data``; None without ``init_from`` (training/finetune.py)."""
-    if not cfg.get("init_from"):
-        return None
-    init = init_point(str(cfg.init_from), cfg.get("ckpt_path"))
-    check_model(init, _to_plain_dict(cfg.model))
-    for key, value in init.tokenizer_keys(_to_plain_dict(cfg.data), output_dir).items():
-        cfg.data[key] = value
-    src_lang, tgt_lang = cfg.data.src_lang, cfg.data.tgt_lang
-    if init.src_lang and (init.src_lang, init.tgt_lang) != (src_lang, tgt_lang):
-        logger.warning(
-            "init_from: %s was trained on %s->%s, this run trains %s->%s",
-            init.path,
-            init.src_lang,
-            init.tgt_lang,
-            src_lang,
-            tgt_lang,
-        )
-    return init
+def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, Any]:
+    settings = _settings(cfg, record)
+    start = _start(cfg, output_dir, settings, record)
+    datamodule = _data(cfg, output_dir, start, record)
+    run_config = _write_config(cfg, output_dir, settings.precision, start, datamodule)
+    module = _module(cfg, output_dir, start, datamodule, settings)
+    trainer, run = _trainer(cfg, output_dir, start, settings, module, datamodule, run_config, record)
+    _fit(cfg, trainer, module, datamodule, start, run, settings)
+    test_ckpt = _average(cfg, trainer, start, run, record)
+    return _test(cfg, trainer, module, datamodule, start, test_ckpt, record)
 
 
-def _selection(cfg: DictConfig) -> tuple[Selection, list[str]]:
-    """The metric that chooses the best checkpoint and drives early stopping, and the names of
-    ``data.valid_sets``, checked from the config alone (training/selection.py).
+# ---------------------------------------------------------------------------------- 1. settings
+
+
+class ConfigError(ValueError):
+    """A setting of the config that cannot be used; the message names the key."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What the config says, checked before anything is written or prepared.
+
+    Attributes:
+        selection: the metric that chooses the best checkpoint and drives early stopping and plateaus.
+        precision: the precision chosen, and why.
+        lr: the ``lr`` group; budget: the ``budget`` group.
+    """
+
+    selection: Selection
+    precision: PrecisionChoice
+    lr: RateSettings
+    budget: BudgetSettings
+
+
+def _settings(cfg: DictConfig, record: RunRecord) -> RunSettings:
+    """The config checked (module docstring, step 1).
 
     Raises:
-        ValueError: a bad ``data.valid_sets`` entry, ``checkpoint.metric`` or
-            ``checkpoint.select_on``, naming the key.
+        ConfigError: a bad setting, naming its key (a moved key, naming its new name).
     """
+    try:
+        return _checked_settings(cfg, record)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
+def _checked_settings(cfg: DictConfig, record: RunRecord) -> RunSettings:
+    refuse_moved(OmegaConf.to_container(cfg, resolve=False))  # type: ignore[arg-type]
+    # A role a mechanism cannot do is refused at once, naming it (transformer/mechanisms.py).
+    attention = AttentionConfig.from_dict(_to_plain_dict(cfg.model.get("attention") or DictConfig({})))
+    attention.check_dropout(cfg.model.get("attention_dropout", 0.0))
     data = cfg.data
     sets = parse_valid_sets(
         _to_plain_dict(data.valid_sets) if data.get("valid_sets") else None,
@@ -348,69 +203,50 @@ def _selection(cfg: DictConfig) -> tuple[Selection, list[str]]:
         data.get("valid_split", "val"),
     )
     names = [s.name for s in sets]
-    checkpoint = cfg.checkpoint
-    return choose_selection(str(checkpoint.get("metric", "bleu")), checkpoint.get("select_on"), names), names
-
-
-def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, Any]:
-    # The attention mechanisms are checked before anything is written or the data prepared: a role
-    # a mechanism cannot do is refused at once, naming it (transformer/mechanisms.py).
-    attention = AttentionConfig.from_dict(_to_plain_dict(cfg.model.get("attention") or DictConfig({})))
-    attention.check_dropout(cfg.model.get("attention_dropout", 0.0))
-    # So are the validation sets and the metric that selects among checkpoints.
-    selection, record.valid_set_names = _selection(cfg)
-    record.fields.update(selected_by=selection.monitor)
+    metric, select_on = str(cfg.checkpoint.get("metric", "bleu")), cfg.checkpoint.get("select_on")
+    selection = choose_selection(metric, select_on, names)
+    # BLEU's tokenizer, for every language scored, before an update rather than at the first
+    # validation: a missing extra (MeCab) or a mistyped name stops the run now, saying what to install.
+    languages = sorted({str(data.tgt_lang), *(s.tgt_lang for s in sets if s.tgt_lang)})
+    check_bleu_tokenizers(languages, cfg.get("bleu_tokenize"), "bleu_tokenize")
     precision = resolve_precision(cfg)
+    record.valid_set_names = names
+    record.fields.update(selected_by=selection.monitor)
     record.fields.update(precision=precision.precision, precision_reason=precision.reason)
-    # Fine-tuning: the checkpoint is read, and the config checked against its model, before anything
-    # is written; its SentencePiece model(s) become the data's, in the config that config.yaml records.
-    init = _init_point(cfg, output_dir)
-    carried, reset = None, frozenset(RESETTABLE)
-    if init is not None:
-        record.fields.update(init_from=str(init.path), init_from_updates=init.global_step)
-        # What is carried on from it besides the weights (finetune.reset), read and checked now.
-        reset = parse_reset(OmegaConf.to_container(cfg.finetune.reset, resolve=True))
-        budget_fit = bool(cfg.trainer.get("max_time")) and cfg.schedule.fit == "budget"
-        early = cfg.early_stopping.patience is not None
-        carried = carried_state(init.path, reset, selection.monitor, early, budget_fit)
-        record.fields.update(finetune_reset=sorted(reset))
-    (output_dir / "config.yaml").write_text(
-        f"# trainer.precision: {precision.requested} -> {precision.precision}: {precision.reason}\n"
-        + OmegaConf.to_yaml(cfg, resolve=True)
-    )
-    # The checkpoint is read and the config compared with its own before the data is prepared (which
-    # can take long): a damaged checkpoint or a changed setting stops the run at once (resume.py).
-    resume = resume_point(
-        cfg.ckpt_path if cfg.train or cfg.ckpt_path else None,
-        cfg.paths.runs_dir,
-        cfg.name,
-        output_dir,
-        take_newest_loadable=bool(cfg.resume.take_newest_loadable),
-        training=bool(cfg.train),
-    )
-    if cfg.train and resume is not None:
-        # A fine-tuned run resumes with the vocabulary it was given, not one trained on the corpus.
-        for key, value in resumed_tokenizer_keys(resume.config, _to_plain_dict(cfg.data)).items():
-            cfg.data[key] = value
-            logger.info("resume: data.%s=%s, as in the checkpoint's config", key, value)
-    run_config = _to_plain_dict(cfg)
-    if cfg.train and resume is not None:
-        allowed = [str(k) for k in cfg.resume.allow_changes]
-        for change in check_config(resume.config, run_config, allowed, default_config()):
-            logger.warning("resume: %s", change)
-    if cfg.train and resume is not None:
-        # The checkpoint's vocabulary, whatever the corpus now is (training/vocabulary.py).
-        saved = read_checkpoint(resume.path, training=False)
-        keys, said = resumed_vocabulary(
-            saved, resume.path, resume.run_dir, _to_plain_dict(cfg.data), output_dir
+    lr = RateSettings.from_dict(_to_plain_dict(cfg.lr))
+    budget = BudgetSettings.from_dict(_to_plain_dict(cfg.budget))
+    if budget.fit == "budget" and cfg.trainer.get("max_time") and lr.schedule in FLAT:
+        raise ValueError(
+            f"lr.schedule={lr.schedule} keeps the rate (or lowers it on plateaus) and budget.fit=budget "
+            "decays it to the budget's end: set budget.fit=none, or another schedule"
         )
-        for key, value in keys.items():
-            cfg.data[key] = value
-        if said:
-            logger.info("resume: %s", said)
+    return RunSettings(selection, precision, lr, budget)
+
+
+# ---------------------------------------------------------------------------------- 2. start
+
+
+def _start(cfg: DictConfig, output_dir: Path, settings: RunSettings, record: RunRecord) -> StartPoint:
+    """Where the run starts (:mod:`training.start`), and the data keys of its vocabulary set: the
+    one place the ``data`` config changes."""
+    start = start_point(_to_plain_dict(cfg), output_dir, settings.selection, default_config)
+    for level, line in start.said:
+        logger.log(level, "%s", line)
+    if start.kind == INITIALISED:
+        record.fields.update(init_from=str(start.path), init_from_updates=start.global_step)
+        record.fields.update(finetune_reset=sorted(start.reset))
+    for key, value in start.vocabulary.items():
+        cfg.data[key] = value
+    return start
+
+
+# ---------------------------------------------------------------------------------- 3. data
+
+
+def _data(cfg: DictConfig, output_dir: Path, start: StartPoint, record: RunRecord) -> Any:
+    """The data module, prepared and set up for fitting (its corpora counted in results.json)."""
     L.seed_everything(cfg.seed, workers=True)
     torch.set_float32_matmul_precision(cfg.get("float32_matmul_precision", "highest"))
-
     datamodule = instantiate(cfg.data, run_dir=str(output_dir))
     datamodule.prepare_data()
     datamodule.setup("fit")
@@ -418,18 +254,40 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
         record.fields.update(corpora=datamodule.corpus_summary)
     if datamodule.filters.active:  # results.json: the pairs data.filters dropped, per training corpus
         record.fields.update(filtered=datamodule.filtered)
+    return datamodule
+
+
+def _write_config(
+    cfg: DictConfig, output_dir: Path, precision: PrecisionChoice, start: StartPoint, datamodule: Any
+) -> dict[str, Any]:
+    """Writes ``config.yaml`` once, naming the vocabulary the run uses (its ``tokenizer/`` files);
+    returns the config as every checkpoint stores it (``run_config``)."""
+    if not start.vocabulary:  # trained (or found in the cache) for this run, copied into its directory
+        joint = datamodule.src_tokenizer is datamodule.tgt_tokenizer
+        for key, value in run_vocabulary(output_dir, joint).items():
+            cfg.data[key] = value
+    (output_dir / "config.yaml").write_text(
+        f"# trainer.precision: {precision.requested} -> {precision.precision}: {precision.reason}\n"
+        + OmegaConf.to_yaml(cfg, resolve=True)
+    )
+    return _to_plain_dict(cfg)
+
+
+# ---------------------------------------------------------------------------------- 5. module
+
+
+def _module(
+    cfg: DictConfig, output_dir: Path, start: StartPoint, datamodule: Any, settings: RunSettings
+) -> TranslationModule:
+    """The module: the model (the start point's, or the config's with the data's vocabulary), its
+    learning rate, and the start point's weights."""
     joint = datamodule.src_tokenizer is datamodule.tgt_tokenizer
     model_cfg = _to_plain_dict(cfg.model)
     model_cfg.update(src_vocab_size=datamodule.src_vocab_size, tgt_vocab_size=datamodule.tgt_vocab_size)
     model_cfg["share_embeddings"] = bool(model_cfg.get("share_embeddings", False) and joint)
-    if init is not None:
-        # The checkpoint's model, as its weights were built (check_model), with this run's
-        # regularisation (dropout), which fine-tuning may change.
-        regularisation = {k: model_cfg[k] for k in REGULARISATION_KEYS if k in model_cfg}
-        model_cfg = {**init.model, **regularisation}
     compile = cfg.get("compile", False)  # a bool, or a mapping of torch.compile arguments
     module = TranslationModule(
-        model=model_cfg,
+        model=start.model or model_cfg,  # the checkpoint's, as its weights were built
         optimizer=_to_plain_dict(cfg.optimizer),
         label_smoothing=cfg.label_smoothing,
         decoding=_to_plain_dict(cfg.decoding),
@@ -438,26 +296,43 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
         compile=_to_plain_dict(compile) if isinstance(compile, DictConfig) else bool(compile),
         max_nonfinite_in_a_row=int(cfg.max_nonfinite_in_a_row),
         loss_normalization=str(cfg.get("loss_normalization", "batch")),
+        learning_rate=start.learning_rate(settings.lr, settings.selection.mode),
+        output_dir=str(output_dir),
+        bleu_tokenize=cfg.get("bleu_tokenize"),  # None: the target language's (common/metrics.py)
     )
-    module.output_dir = str(output_dir)
-    module.bleu_tokenize = cfg.get("bleu_tokenize")  # None: the target language's (common/metrics.py)
     logger.info("model: %s parameters", f"{module.model.num_parameters():,}")
-    if init is not None and resume is not None:  # a requeued SLURM job: its own checkpoint wins
-        logger.info("init_from: not loaded; the requeued run resumes from %s", resume.path)
-    elif init is not None:
-        load_weights(module, init)
-        if carried.schedule_offset is not None:
-            module.schedule_offset = carried.schedule_offset
-        if carried.epoch_offset is not None:
-            datamodule.epoch_offset = carried.epoch_offset
+    if start.weights is not None:
+        load_weights(module, start.weights, start.path)
+    if start.carried is not None and start.carried.epoch_offset is not None:
+        datamodule.epoch_offset = start.carried.epoch_offset
+    return module
 
-    ckpt_path = None if resume is None else str(resume.path)
-    ckpt_dir = output_dir / "checkpoints"
-    if cfg.train and ckpt_path and Path(ckpt_path).parent.name == "checkpoints":
-        # Resuming: keep the checkpoints together, so that "best" and "last N" are judged over
-        # the whole run (Lightning forgets the best score when the directory changes).
-        ckpt_dir = Path(ckpt_path).parent
-        logger.info("checkpoints continue in %s", ckpt_dir)
+
+# ---------------------------------------------------------------------------------- 6. trainer
+
+
+def _checkpoint_dir(cfg: DictConfig, output_dir: Path, start: StartPoint) -> Path:
+    """Where checkpoints go: the run's own ``checkpoints/``, or, resuming, the resumed run's, so that
+    "best" and "last N" are judged over the whole run (Lightning forgets the best score when the
+    directory changes)."""
+    if start.kind == RESUMED and start.path is not None and start.path.parent.name == "checkpoints":
+        logger.info("checkpoints continue in %s", start.path.parent)
+        return start.path.parent
+    return output_dir / "checkpoints"
+
+
+def _trainer(
+    cfg: DictConfig,
+    output_dir: Path,
+    start: StartPoint,
+    settings: RunSettings,
+    module: TranslationModule,
+    datamodule: Any,
+    run_config: dict[str, Any],
+    record: RunRecord,
+) -> tuple[L.Trainer, RunCallbacks]:
+    """The callbacks, loggers and Trainer; the device's fast paths applied to the model."""
+    ckpt_dir = _checkpoint_dir(cfg, output_dir, start)
     plan = plan_checkpoints(
         ckpt_dir,
         every_n_updates=cfg.checkpoint.every_n_updates,
@@ -465,95 +340,36 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
         average_last=int(cfg.average_last),
         accumulate_grad_batches=int(cfg.trainer.get("accumulate_grad_batches", 1)),
         validates=cfg.trainer.get("limit_val_batches", 1.0) not in (0, 0.0),
-        selection=selection,
+        selection=settings.selection,
     )
-    callbacks: list[Callback] = [
-        *plan.callbacks,
-        LearningRateMonitor(logging_interval="step"),
-        InferenceFields(_inference_fields(datamodule, cfg.data.src_lang, cfg.data.tgt_lang)),
-        RunConfig(run_config),
-    ]
-    progress = RunProgress(pad_id=module.pad_id)
-    callbacks.append(progress)
-    if cfg.trainer.get("enable_progress_bar", True):
-        every = cfg.get("progress_bar_every")
-        if every is None:  # every batch on the CPU; on an accelerator, a wait for the GPU every 10
-            every = 1 if str(cfg.trainer.get("accelerator", "cpu")) == "cpu" else 10
-        callbacks.append(ProgressBar(progress, refresh_rate=int(every)))
-    preemption = PreemptionCheckpoint(ckpt_dir)
-    if cfg.train:
-        callbacks.append(preemption)
-    loggers = make_loggers(cfg, output_dir, resume if cfg.train else None)
-    if len(loggers) > 1:
-        callbacks.append(AttentionImage(index=0))
-    ema = cfg.get("ema") or {}
-    if ema.get("decay") is not None:  # validation, checkpoints and the test stage take the EMA
-        # After AttentionImage: callbacks' validation-end hooks run in this order, and the EMA's
-        # puts the training weights back, so the image is drawn from the weights validated.
-        callbacks.append(ExponentialMovingAverage(float(ema.decay)))
-    if cfg.optimizer.schedule == "plateau":  # the rate lowered where the selection metric stalls
-        opt = cfg.optimizer
-        callbacks.append(
-            PlateauDecay(
-                selection.monitor,
-                selection.mode,
-                float(opt.plateau_factor),
-                int(opt.plateau_patience),
-                float(opt.min_lr_ratio),
-            )
-        )
-    stopping = cfg.early_stopping
-    stopper = None
-    if stopping.patience is not None:
-        stopper = early_stopping(int(stopping.patience), float(stopping.min_delta), selection)
-        callbacks.append(stopper)
-    if carried is not None and resume is None:  # the checkpoint's state, where finetune.reset keeps it
-        carry_callbacks(carried, plan.best, stopper)
-        if carried.optimizer is not None:
-            callbacks.append(CarriedOptimizer(carried.optimizer, carried.path))
-    fitter = None
+    resumed = start.kind == RESUMED and cfg.train
+    loggers = make_loggers(
+        cfg.get("logger"), output_dir, start.run_dir if resumed else None, start.global_step
+    )
+    extras = {
+        "inference_fields": InferenceFields.of(datamodule, cfg.data.src_lang, cfg.data.tgt_lang),
+        "run_config": run_config,
+        "pad_id": module.pad_id,
+        "loggers": loggers,
+    }
+    run = run_callbacks(cfg, plan, ckpt_dir, start, settings.selection, settings.budget, extras)
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
-    if cfg.train and cfg.trainer.get("max_time"):
-        max_time = trainer_cfg["max_time"]
-        budget_s = max_time_seconds(max_time)
-        warmup, average = int(cfg.optimizer.warmup_steps), int(cfg.average_last)
-        every_n = cfg.checkpoint.every_n_updates
-        fit = cfg.get("schedule", {}).get("fit", "none")
-        if fit == "budget":  # the schedule, the averaged weights and validation fitted to the budget
-            opt = cfg.optimizer
-            if opt.schedule in FLAT:
-                raise ValueError(
-                    f"optimizer.schedule={opt.schedule} keeps the rate (or lowers it on plateaus) and "
-                    "schedule.fit=budget decays it to the budget's end: "
-                    "set schedule.fit=none, or another schedule"
-                )
-            fitter = BudgetFit(
-                budget_s,
-                fit_settings(cfg),
-                opt.schedule,
-                int(opt.warmup_steps),
-                float(opt.min_lr_ratio),
-                average,
-                every_n,
-            )
-            callbacks += [fitter, BudgetTimer(duration=trainer_cfg.pop("max_time"), interval="step")]
-        elif fit == "none":
-            callbacks.append(TimeBudgetCheck(budget_s, warmup, average, every_n))
-        else:
-            raise ValueError(f"schedule.fit={fit!r} is not one of budget, none")
+    if run.timer is not None:  # the fit's timer keeps the time instead of Lightning's
+        trainer_cfg.pop("max_time")
     ddp_timeout = trainer_cfg.pop("ddp_timeout", None)  # ours, not Trainer arguments
     rendezvous_timeout = trainer_cfg.pop("ddp_rendezvous_timeout", None)
     strategy = ddp_strategy(trainer_cfg.get("strategy", "auto"), ddp_timeout, rendezvous_timeout)
     if ddp_timeout is not None and strategy != "auto":
-        callbacks.append(RankWatch(float(ddp_timeout), rendezvous_timeout))
+        run.callbacks.append(RankWatch(float(ddp_timeout), rendezvous_timeout))
+    read = (start.path, start.checkpoint) if start.kind in (RESUMED, TESTED) else None
     trainer: L.Trainer = instantiate(
         trainer_cfg,
         strategy=strategy,
-        callbacks=callbacks,
+        callbacks=run.callbacks,
         logger=loggers,
         default_root_dir=str(output_dir),
         use_distributed_sampler=False,  # the token-bucket sampler splits batches across ranks
-        plugins=[AtomicCheckpointIO()],
+        plugins=[AtomicCheckpointIO(read)],
         **plan.trainer_args,
     )
     record.trainer = trainer
@@ -562,52 +378,90 @@ def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, An
     fast_paths = optimize(module.model, trainer.strategy.root_device, "train")
     module.use(fast_paths)
     logger.info("%s", fast_paths.describe())
+    return trainer, run
 
-    test_ckpt = ckpt_path  # without training, test the given checkpoint
-    if cfg.train:
-        if ckpt_path:
-            logger.info("resuming from %s", ckpt_path)
-        elif init is not None:
-            opt = cfg.optimizer
-            said = fresh_state_said(
-                init, float(opt.lr), int(opt.warmup_steps), ckpt_dir, reset, carried.describe()
-            )
-            logger.info("%s", said)
-        try:
-            trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
-        except SIGTERMException as stop:  # SIGTERM or SIGUSR1: last.ckpt is saved (training/preemption.py)
-            preempted = stop if isinstance(stop, Preempted) else preemption.preempted(trainer)
-            logger.warning("%s", preempted)
-            raise preempted from None
+
+# ---------------------------------------------------------------------------------- 7. fit, average, test
+
+
+def _fit(
+    cfg: DictConfig,
+    trainer: L.Trainer,
+    module: TranslationModule,
+    datamodule: Any,
+    start: StartPoint,
+    run: RunCallbacks,
+    settings: RunSettings,
+) -> None:
+    """Trains (``train=true``), from the start point; a signal ends it with a checkpoint saved."""
+    if not cfg.train:
+        return
+    if start.kind == RESUMED:
+        logger.info("resuming from %s", start.path)
+    elif start.kind == INITIALISED and start.carried is not None:
+        lr = settings.lr
+        said = fresh_state_said(
+            describe(start.path, start.checkpoint), lr.peak, lr.warmup_steps, run.plan.best.dirpath,
+            start.reset, start.carried.describe(),
+        )  # fmt: skip
+        logger.info("%s", said)
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=start.ckpt_path)
+    except SIGTERMException as stop:  # SIGTERM or SIGUSR1: last.ckpt is saved (training/preemption.py)
+        preempted = stop if isinstance(stop, Preempted) else run.preemption.preempted(trainer)
+        logger.warning("%s", preempted)
+        raise preempted from None
+
+
+def _average(
+    cfg: DictConfig, trainer: L.Trainer, start: StartPoint, run: RunCallbacks, record: RunRecord
+) -> str | None:
+    """Averages the run's last epoch or update checkpoints, or its budget's last part, into
+    ``checkpoints/averaged.ckpt``; returns the checkpoint the test stage uses (``test_ckpt``)."""
+    fitter, plan = run.fitter, run.plan
     if fitter is not None and fitter.said:  # results.json: what the budget fit set, and why
         record.fields.update(schedule_fit={**fitter.said, "averaged_updates": list(fitter.taken)})
-    if cfg.train and not cfg.trainer.get("fast_dev_run"):
-        tail = None if fitter is None else fitter.average()
-        paths = plan.to_average()
-        if tail is not None and trainer.is_global_zero:  # the weights of the budget's last part
-            template = plan.last.last_model_path or ckpt_dir / "last.ckpt"
-            averaged = write_average(tail, template, ckpt_dir / "averaged.ckpt", fitter.taken)
-            logger.info("averaged the weights of updates %s into %s", fitter.taken, averaged)
-        elif paths and trainer.is_global_zero:
-            averaged = average_checkpoints(paths, ckpt_dir / "averaged.ckpt")
-            logger.info("averaged %d checkpoints into %s", len(paths), averaged)
-        test_ckpt = {
-            "best": plan.best.best_model_path,
-            "last": plan.last.last_model_path,
-            "averaged": str(ckpt_dir / "averaged.ckpt"),
-        }[cfg.test_ckpt] or None
+    if not cfg.train or cfg.trainer.get("fast_dev_run"):  # the checkpoint given (or resumed), if any
+        return None if start.path is None or start.kind == INITIALISED else str(start.path)
+    ckpt_dir = Path(plan.best.dirpath)
+    tail = None if fitter is None else fitter.average()
+    paths = plan.to_average()
+    if tail is not None and trainer.is_global_zero:  # the weights of the budget's last part
+        template = plan.last.last_model_path or ckpt_dir / "last.ckpt"
+        averaged = average_checkpoints(tail[0], ckpt_dir / "averaged.ckpt", template, tail[1])
+        logger.info("averaged the weights of updates %s into %s", fitter.taken, averaged)
+    elif paths and trainer.is_global_zero:
+        averaged = average_checkpoints(paths, ckpt_dir / "averaged.ckpt")
+        logger.info("averaged %d checkpoints into %s", len(paths), averaged)
+    chosen = {"best": plan.best.best_model_path, "last": plan.last.last_model_path}
+    chosen["averaged"] = str(ckpt_dir / "averaged.ckpt")
+    return chosen[cfg.test_ckpt] or None
 
+
+def _test(
+    cfg: DictConfig,
+    trainer: L.Trainer,
+    module: TranslationModule,
+    datamodule: Any,
+    start: StartPoint,
+    test_ckpt: str | None,
+    record: RunRecord,
+) -> dict[str, Any]:
+    """The test stage, ``results.json`` (with how the run ended) and the learning curve."""
     if cfg.train:
         ending = ending_after_fit(trainer)
     else:
-        ending = Ending(FINISHED, trainer.global_step, f"tested {ckpt_path} (train=false)")
+        ending = Ending(FINISHED, trainer.global_step, f"tested {start.path} (train=false)")
     logger.info("run %s at update %d: %s", ending.status, ending.update, ending.detail)
     results = record.metrics()
     if cfg.test:
         trainer.test(module, datamodule=datamodule, ckpt_path=test_ckpt, weights_only=True)
         results.update(record.metrics())
     results = record.write(results, ending)
-    metrics_csv = output_dir / "logs" / "metrics.csv"
+    metrics_csv = record.output_dir / "logs" / "metrics.csv"
     if cfg.plot and trainer.is_global_zero and metrics_csv.is_file():
-        plot_learning_curve(metrics_csv, output_dir / "learning_curve.png", title=cfg.name)
+        plot_learning_curve(metrics_csv, record.output_dir / "learning_curve.png", title=cfg.name)
     return results
+
+
+__all__ = ["RunRecord", "default_config", "train"]

@@ -16,11 +16,16 @@ runs, with one warning that says it is slow and why.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
+from lightning.pytorch.utilities import rank_zero_only
+from omegaconf import DictConfig
 
 from fastpaths.hardware import bf16_capability
+
+logger = logging.getLogger(__name__)
 
 AUTO = "auto"
 
@@ -75,3 +80,15 @@ def choose_precision(requested: str | int, accelerator: str) -> PrecisionChoice:
             f"{'16-mixed' if device == 'cuda' else '32-true'} on this device"
         )
     return PrecisionChoice(requested, requested, f"set explicitly; {report}", warning)
+
+
+def resolve_precision(cfg: DictConfig) -> PrecisionChoice:
+    """Sets ``cfg.trainer.precision`` to what the device computes well (``auto``) or keeps it; logs why."""
+    choice = choose_precision(cfg.trainer.get("precision", "32-true"), cfg.trainer.get("accelerator", "cpu"))
+    cfg.trainer.precision = choice.precision
+    if rank_zero_only.rank == 0:
+        said = (choice.precision, choice.requested, choice.reason)
+        logger.info("precision: %s (trainer.precision=%s): %s", *said)
+        if choice.slow_warning:
+            logger.warning(choice.slow_warning)
+    return choice

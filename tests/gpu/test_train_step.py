@@ -70,7 +70,7 @@ def test_auto_precision_training_gives_finite_decreasing_loss(accelerator, compi
         src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=64, n_heads=4, n_encoder_layers=2,
         n_decoder_layers=2, d_ff=128, dropout=0.1, share_embeddings=True,
     )  # fmt: skip
-    module = TranslationModule(model, optimizer={"lr": 3e-3, "warmup_steps": 10}, compile=compile)
+    module = TranslationModule(model, lr={"peak": 3e-3, "warmup_steps": 10}, compile=compile)
     record = RecordSteps(watch_logits=not compile)
     trainer = L.Trainer(
         accelerator=accelerator, devices=1, precision=precision, gradient_clip_val=1.0, max_steps=80,
@@ -125,7 +125,7 @@ def test_a_bf16_update_never_makes_the_host_wait_for_the_gpu(compile):
         src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=64, n_heads=4, n_encoder_layers=2,
         n_decoder_layers=2, d_ff=128, dropout=0.1, share_embeddings=True,
     )  # fmt: skip
-    module = TranslationModule(model, optimizer={"lr": 1e-3, "warmup_steps": 10}, compile=compile)
+    module = TranslationModule(model, lr={"peak": 1e-3, "warmup_steps": 10}, compile=compile)
     module.use(optimize(module.model, "cuda", "train"))
     check = NoSyncInUpdates(warmup=3)
     trainer = L.Trainer(

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from training.averaging import average_checkpoints
+from training.average import average_checkpoints
 
 
 def _checkpoint(path, scale: float, step: int) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from training.budget import as_max_time, forecast, max_time_seconds
+from training.budget.forecast import as_max_time, forecast, max_time_seconds
 
 # A budget of 42 minutes, warmup 600 updates, the last 5 epochs averaged, 110 updates an epoch.
 RECIPE = {"budget_s": 42 * 60, "updates_per_epoch": 110, "warmup_steps": 600, "average_last": 5}

@@ -18,9 +18,10 @@ from lightning.pytorch.callbacks import ModelCheckpoint, Timer
 from torch.utils.data import DataLoader
 
 from tests.training.test_module import _tiny, _toy_batch
-from training.budget_fit import BudgetFit, BudgetTimer, FitSettings, validation_interval
+from training.budget import BudgetSettings
+from training.budget.fit import BudgetFit, BudgetTimer, validation_interval
+from training.lr.shapes import schedule_factor
 from training.module import TranslationModule
-from training.schedule import schedule_factor
 
 PER_EPOCH = 10  # batches (updates) an epoch
 
@@ -48,10 +49,15 @@ class Tick(L.Callback):
         self.losses[trainer.global_step] = float(outputs["loss"])
 
 
-def _run(tmp_path, steps: int, fit: BudgetFit, clock: Clock, resume: str | None = None, save: bool = False):
+def _run(
+    tmp_path, steps: int, fit: BudgetFit, clock: Clock, resume: str | None = None, save: bool = False,
+    schedule: str = "inverse_sqrt",
+):  # fmt: skip
     batch, _, vocab = _toy_batch()
     torch.manual_seed(0)
-    module = TranslationModule(_tiny(vocab), optimizer={"lr": 3e-3, "warmup_steps": 50})
+    total = None if schedule == "inverse_sqrt" else 1000  # a decaying shape's end, past its warmup
+    lr = {"peak": 3e-3, "warmup_steps": 50, "schedule": schedule, "total_steps": total}
+    module = TranslationModule(_tiny(vocab), lr=lr)
     tick = Tick(clock)
     callbacks = [tick, fit]
     if save:
@@ -69,29 +75,27 @@ def _run(tmp_path, steps: int, fit: BudgetFit, clock: Clock, resume: str | None 
     return module, tick
 
 
-def _fit(clock: Clock, **settings) -> BudgetFit:
-    return BudgetFit(
-        100.0, FitSettings(**settings), "inverse_sqrt", 50, 0.0, average_last=3, probe=5, clock=clock
-    )
+def _fit(clock: Clock, ckpt_dir, budget_s: float = 100.0, **settings) -> BudgetFit:
+    return BudgetFit(budget_s, BudgetSettings(**settings), 3, ckpt_dir, probe=5, clock=clock)
 
 
 def test_a_budget_that_holds_the_schedule_leaves_it_and_its_averaging_as_configured(tmp_path, caplog):
     clock = Clock()
-    fit = BudgetFit(2000.0, FitSettings(), "inverse_sqrt", 50, 0.0, average_last=3, probe=5, clock=clock)
-    with caplog.at_level(logging.INFO, logger="training.budget_fit"):
+    fit = _fit(clock, tmp_path, budget_s=2000.0)
+    with caplog.at_level(logging.INFO, logger="training.budget.fit"):
         module, tick = _run(tmp_path, 12, fit, clock)
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("schedule fit")]
     assert len(said) == 1 and "inverse_sqrt as configured" in said[0]
     assert "averaging the last 3 epoch checkpoints, as configured" in said[0]
-    assert module.fitted_schedule is None and fit.points == [] and fit.average() is None
+    assert module.learning_rate.fitted is None and fit.points == [] and fit.average() is None
     configured = schedule_factor("inverse_sqrt", 50)
     assert all(lr == pytest.approx(3e-3 * configured(step)) for step, lr in tick.lrs.items())
 
 
 def test_the_fit_after_the_probe_sets_the_rate_the_run_then_takes_and_says_so(tmp_path, caplog):
     clock = Clock()
-    fit = _fit(clock)
-    with caplog.at_level(logging.INFO, logger="training.budget_fit"):
+    fit = _fit(clock, tmp_path)
+    with caplog.at_level(logging.INFO, logger="training.budget.fit"):
         module, tick = _run(tmp_path, 40, fit, clock)
     # 6 updates in 6 s (5 timed); 94 s left, a tenth kept for validation: 6 + 84 = 90 updates, too
     # few for warmup 50 twice over: warmup 36 (two fifths), then a line to 0 at update 90.
@@ -99,7 +103,7 @@ def test_the_fit_after_the_probe_sets_the_rate_the_run_then_takes_and_says_so(tm
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("schedule fit")]
     assert len(said) == 1 and "~90 updates" in said[0] and "warmup 36 updates" in said[0]
     assert "linear to 0x the peak at update 90" in said[0] and "inverse_sqrt needs ~100" in said[0]
-    schedule = module.fitted_schedule
+    schedule = module.learning_rate.fitted
     assert schedule is not None and schedule.start == 7 and schedule.end == 90
     configured = schedule_factor("inverse_sqrt", 50)
     for step, lr in tick.lrs.items():  # the rate each update took: the configured one, then the fit's
@@ -112,13 +116,13 @@ def test_the_fit_after_the_probe_sets_the_rate_the_run_then_takes_and_says_so(tm
 
 def test_a_run_resumed_after_the_fit_continues_bit_exactly(tmp_path):
     clock = Clock()
-    straight, straight_tick = _run(tmp_path / "a", 40, _fit(clock), clock, save=True)
+    straight, straight_tick = _run(tmp_path / "a", 40, _fit(clock, tmp_path / "a"), clock, save=True)
     resumed_clock = Clock()
-    resumed_fit = _fit(resumed_clock)
+    resumed_fit = _fit(resumed_clock, tmp_path / "b")
     resumed, resumed_tick = _run(
         tmp_path / "b", 40, resumed_fit, resumed_clock, resume=str(tmp_path / "a" / "e1.ckpt")
     )
-    assert resumed.fitted_schedule == straight.fitted_schedule
+    assert resumed.learning_rate.fitted == straight.learning_rate.fitted
     assert resumed_fit.forecast_updates == 90  # from the checkpoint: no fit again
     later = range(21, 41)
     assert [resumed_tick.lrs[s] for s in later] == [straight_tick.lrs[s] for s in later]
@@ -129,12 +133,15 @@ def test_a_run_resumed_after_the_fit_continues_bit_exactly(tmp_path):
 
 def test_the_weights_of_the_budgets_last_part_are_averaged(tmp_path):
     clock = Clock()
-    fit = BudgetFit(30.0, FitSettings(), "linear", 50, 0.0, average_last=3, probe=5, clock=clock)
-    module, _ = _run(tmp_path, 40, fit, clock)
+    fit = _fit(clock, tmp_path, budget_s=30.0)
+    module, _ = _run(tmp_path, 40, fit, clock, schedule="linear")
     # 6 + 24 * 0.9 = 27 updates forecast: updates 22, 25, 27 (the last fifth), taken as they came.
     assert fit.forecast_updates == 27 and fit.taken == [22, 25, 27] and fit.points == [22, 25, 27]
-    average = fit.average()
-    assert average is not None and average.keys() == module.model.state_dict().keys()
+    paths, weights = fit.average()
+    assert [p.name for p in paths] == [f"average-point-update{s:08d}.ckpt" for s in (22, 25, 27)]
+    assert weights == [1.0, 1.0, 1.0]
+    last = {f"model.{k}": v for k, v in module.model.state_dict().items()}
+    assert torch.load(paths[-1], weights_only=True)["state_dict"].keys() == last.keys()
 
 
 @pytest.mark.parametrize(
@@ -184,3 +191,137 @@ def test_no_validation_follows_the_time_limit(timer):
     trainer.fit(module, train_dataloaders=data, val_dataloaders=DataLoader(torch.randn(2, 2), batch_size=1))
     assert trainer.global_step < 20  # stopped by the time limit in the first epoch
     assert module.validations == (1 if timer is Timer else 0)
+
+
+class Paced(L.Callback):
+    """A clock for a run that validates: each update costs ``cost(update)`` seconds, each validation
+    ``val_s``; records each update's rate, the weights after each update, and the schedule the
+    learning rate had before and after each validation."""
+
+    def __init__(self, clock: Clock, cost, val_s: float) -> None:  # noqa: ANN001
+        self.clock, self.cost, self.val_s = clock, cost, val_s
+        self.lrs, self.weights, self.around_validation = {}, {}, []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:  # noqa: ANN001
+        self.lrs[trainer.global_step + 1] = trainer.optimizers[0].param_groups[0]["lr"]
+        self._before = pl_module.learning_rate.fitted
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: ANN001
+        self.clock.now += self.cost(trainer.global_step)
+        self.weights[trainer.global_step] = {k: v.clone() for k, v in pl_module.model.state_dict().items()}
+
+    def on_validation_start(self, trainer, pl_module) -> None:  # noqa: ANN001
+        self._before = pl_module.learning_rate.fitted
+
+    def on_validation_batch_end(self, trainer, pl_module, *args) -> None:  # noqa: ANN001, ANN002
+        self.clock.now += self.val_s
+
+
+class Validated(TranslationModule):
+    """The toy module, validating (a loss-free stand-in) so that the fit paces and refits."""
+
+    def validation_step(self, batch, batch_idx, dataloader_idx: int = 0) -> None:  # noqa: ANN001
+        pass
+
+    def on_validation_epoch_end(self) -> None:
+        pass
+
+
+def _validated_run(tmp_path, steps: int, fit: BudgetFit, paced: Paced, resume: str | None = None):
+    batch, _, vocab = _toy_batch()
+    torch.manual_seed(0)
+    lr = {"peak": 3e-3, "warmup_steps": 50, "schedule": "linear", "total_steps": 1000}
+    module = Validated(_tiny(vocab), lr=lr)
+    checkpoints = ModelCheckpoint(dirpath=tmp_path, filename="e{epoch}", save_top_k=-1, save_last=True)
+    trainer = L.Trainer(
+        max_steps=steps, accelerator="cpu", logger=False, callbacks=[paced, fit, checkpoints],
+        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+    )  # fmt: skip
+    loader = DataLoader([batch] * PER_EPOCH, batch_size=None)
+    validation = DataLoader([batch], batch_size=None)
+    trainer.fit(module, train_dataloaders=loader, val_dataloaders=validation, ckpt_path=resume)
+    return module, trainer
+
+
+@pytest.mark.parametrize("refits", [0, 1])
+def test_with_validation_the_fit_paces_it_refits_on_drift_without_a_jump_and_averages_what_it_took(
+    tmp_path, caplog, refits
+):
+    """150 s: an update costs 1 s, then (a shared machine) 1.3 s from update 45; a validation 4 s.
+    The first validation sets validation every 4 epochs (4 s against 40 s of updates: 9%); the one
+    after update 80 sees the speed drift (40 updates in 50.8 s) and fits again to 114 updates,
+    from the rate the run has, where ``budget.refits`` allows one."""
+    clock = Clock()
+    paced = Paced(clock, lambda step: 1.0 if step < 45 else 1.3, val_s=4.0)
+    settings = BudgetSettings(average_fraction=0.3, refits=refits)
+    fit = BudgetFit(150.0, settings, 3, tmp_path, probe=5, clock=clock)
+    with caplog.at_level(logging.INFO, logger="training.budget.fit"):
+        module, trainer = _validated_run(tmp_path, 113, fit, paced)
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("schedule fit")]
+    assert fit.val_every == 4 == trainer.check_val_every_n_epoch  # paced: every 4th epoch validates
+    assert fit.val_seconds == [4.0, 4.0, 4.0]  # after updates 10, 40 and 80
+    assert fit.refits == refits and sum("the speed drifted" in s for s in said) == refits  # its count
+    assert fit.forecast_updates == (114 if refits else 133)
+    # Never a jump: each update's rate moves from the one before along a segment (a refit starts
+    # where the rate is; one that restarted the decay from the peak would jump by ~1e-3).
+    rates = [paced.lrs[s] for s in sorted(paced.lrs)]
+    assert all(abs(b - a) <= 3e-3 / 36 for a, b in zip(rates, rates[1:], strict=False))
+    assert rates[-1] < (3e-3 / 10 if refits else 3e-3 / 3)  # refitted: near the floor at the new end
+    # The average is the mean of the weights the run had at the updates it took, exactly.
+    # Refitted, the last part's epoch ends; else 110 of 110, 120, 130, and the weights the run
+    # ended with (at 113, before the budget's end) stand for the rest.
+    assert fit.taken == ([90, 100, 110] if refits else [110, 113])
+    paths, weights = fit.average()
+    assert len(paths) == len(fit.taken) and weights == [1.0] * len(paths)
+    for name in ("encoder.layers.0.self_attn.in_proj.weight", "output.weight"):
+        taken = torch.stack([paced.weights[s][name].double() for s in fit.taken])
+        files = [torch.load(p, weights_only=True)["state_dict"][f"model.{name}"].double() for p in paths]
+        assert torch.equal(torch.stack(files), taken)
+
+
+def test_a_run_resumed_with_a_longer_budget_refits_to_its_new_end_and_no_checkpoint_holds_the_model_twice(
+    tmp_path, caplog
+):
+    """30 s: 27 updates, a line to the floor at 27. Resumed there with 60 s: the rate rises back
+    from the floor (never a jump) and decays to the floor at the new end, ~25 updates later."""
+    clock = Clock()
+    first = BudgetFit(30.0, BudgetSettings(), 3, tmp_path / "a", probe=5, clock=clock)
+    _run(tmp_path / "a", 27, first, clock, save=True, schedule="linear")
+    assert first.forecast_updates == 27
+    ckpt = tmp_path / "a" / "e2.ckpt"  # after update 27, at the floor
+    saved = torch.load(ckpt, weights_only=True)
+    assert (
+        saved["global_step"] == 27
+        and saved["lr_schedulers"][0]["rate"]["fitted"]["segments"][-1]["end"] == 27
+    )
+    resumed_clock = Clock()
+    longer = BudgetFit(60.0, BudgetSettings(), 3, tmp_path / "b", probe=5, clock=resumed_clock)
+    with caplog.at_level(logging.INFO, logger="training.budget.fit"):
+        module, tick = _run(
+            tmp_path / "b", 60, longer, resumed_clock, resume=str(ckpt), save=True, schedule="linear"
+        )
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("schedule fit")]
+    assert any("trainer.max_time changed on resume, 30 s to 60 s" in s for s in said)
+    end = longer.forecast_updates
+    assert end > 45  # 27 done, 30 s more at 1 s an update, a tenth kept for validation
+    rates = [tick.lrs[s] for s in range(28, end + 1)]
+    assert rates[0] == pytest.approx(0.0, abs=1e-12)  # where it was: the old end's floor
+    assert max(rates) > 0.2 * 3e-3 and rates[-1] == pytest.approx(
+        0.0, abs=1e-12
+    )  # up, then down to the new end
+    assert all(abs(b - a) <= 3e-3 / 5 for a, b in zip(rates, rates[1:], strict=False))  # no jump
+    for path in [*(tmp_path / "a").glob("e*.ckpt"), *(tmp_path / "b").glob("e*.ckpt")]:
+        checkpoint = torch.load(path, weights_only=True)
+        state = checkpoint["callbacks"]
+        assert not [t for t in _tensors(state) if t.dtype == torch.float64], path
+        assert sum(t.numel() for t in _tensors(state)) < 100, path  # no copy of the weights beside them
+
+
+def _tensors(value) -> list[torch.Tensor]:  # noqa: ANN001
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    if isinstance(value, list | tuple):
+        return [t for v in value for t in _tensors(v)]
+    return []

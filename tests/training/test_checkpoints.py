@@ -65,7 +65,7 @@ def test_epoch_based_last_ckpt_is_the_newest_epoch_even_when_it_is_not_the_best(
     out = tmp_path / "run"
     overrides = [*toy_overrides(*toy), "trainer.max_epochs=3", "trainer.limit_train_batches=2"]
     overrides += ["trainer.limit_val_batches=1", "test=false", f"average_last={average_last}"]
-    overrides += ["optimizer.lr=0"]
+    overrides += ["lr.peak=0"]
     train(compose_config(overrides, out))
     ckpts = out / "checkpoints"
     [best] = ckpts.glob("best-epoch*.ckpt")

@@ -51,7 +51,7 @@ class Record(L.Callback):
 
 torch.manual_seed(0)
 module = TranslationModule(
-    _tiny(tok.vocab_size), optimizer={"lr": 0.0, "warmup_steps": 1}, loss_normalization=normalization
+    _tiny(tok.vocab_size), lr={"peak": 0.0, "warmup_steps": 1}, loss_normalization=normalization
 )
 trainer = L.Trainer(
     max_steps=1, accelerator="cpu", devices=ranks, strategy="ddp" if ranks == 2 else "auto",

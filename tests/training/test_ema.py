@@ -37,7 +37,7 @@ class _Validated(TranslationModule):
 def test_validation_sees_the_ema_of_each_update_and_training_goes_on_from_its_own_weights():
     batch, _, vocab = _toy_batch()
     torch.manual_seed(0)
-    module = _Validated({**_tiny(vocab), "dropout": 0.1}, optimizer={"lr": 1e-2, "warmup_steps": 1})
+    module = _Validated({**_tiny(vocab), "dropout": 0.1}, lr={"peak": 1e-2, "warmup_steps": 1})
     module.seen = []
     trained, after_validation = [], []
 

@@ -63,7 +63,7 @@ def test_a_finished_run_says_so_and_shows_rates_and_time_left(toy, tmp_path, cap
 
 def test_early_stopping_and_max_time_are_stopped_early(toy, tmp_path):
     overrides = [*toy_overrides(*toy), "trainer.max_epochs=6", "trainer.limit_train_batches=2"]
-    overrides += ["trainer.limit_val_batches=1", "test=false", "optimizer.lr=0.0"]
+    overrides += ["trainer.limit_val_batches=1", "test=false", "lr.peak=0.0"]
     train(compose_config([*overrides, "early_stopping.patience=1"], tmp_path / "es"))
     ending = _ending(tmp_path / "es")
     assert ending["ending"] == "stopped early" and ending["ending_update"] == 4  # 2nd validation

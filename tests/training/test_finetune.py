@@ -22,11 +22,11 @@ from omegaconf import OmegaConf
 
 from tests.toy_text import write_toy_corpus
 from tests.training.test_pipeline import compose_config, toy_overrides
-from training.finetune import FineTuneError
+from training.lr.shapes import inverse_sqrt_factor
 from training.pipeline import train
-from training.schedule import inverse_sqrt_factor
+from training.start import FineTuneError
 
-LR, WARMUP = 3e-3, 20  # toy_overrides' optimizer.lr and optimizer.warmup_steps
+LR, WARMUP = 3e-3, 20  # toy_overrides' lr.peak and lr.warmup_steps
 
 
 def _overrides(toy: tuple[Path, Path, Path], extra: list[str]) -> list[str]:
@@ -65,7 +65,7 @@ def test_at_learning_rate_zero_a_finetuned_run_validates_as_its_checkpoint_did(
 ):
     run, base = trained
     ckpt = run / "checkpoints" / "last.ckpt"
-    extra = ["optimizer.lr=0.0", "trainer.max_steps=2", "checkpoint.every_n_updates=2"]
+    extra = ["lr.peak=0.0", "trainer.max_steps=2", "checkpoint.every_n_updates=2"]
     results, log = _finetune(toy, tmp_path / "ft", ckpt, extra, caplog)
     assert (results["val/loss"], results["val/bleu"]) == (base["val/loss"], base["val/bleu"])
     said = next(line for line in log.splitlines() if "init_from: starting from the weights of" in line)
@@ -183,7 +183,7 @@ def test_a_requeued_finetuning_job_resumes_from_its_own_checkpoint(
 def test_a_weights_only_averaged_checkpoint_is_a_starting_point(toy, trained, tmp_path, caplog):
     """lr 0: the fine-tuned run's weights are the average's, exactly."""
     averaged = trained[0] / "checkpoints" / "averaged.ckpt"
-    extra = ["optimizer.lr=0.0", "trainer.max_steps=1", "checkpoint.every_n_updates=1"]
+    extra = ["lr.peak=0.0", "trainer.max_steps=1", "checkpoint.every_n_updates=1"]
     results, log = _finetune(toy, tmp_path / "ft", averaged, extra, caplog)
     assert results["ending_update"] == 1
     assert f"{averaged} (the average of 2 checkpoints, the last trained 4 updates)" in log
@@ -241,7 +241,7 @@ def test_a_finetuned_run_validates_the_new_and_the_old_domain_each_under_its_nam
     out = base / "run"
     ckpt = trained[0] / "checkpoints" / "last.ckpt"
     extra = [f"init_from={ckpt}", f"data.valid_sets=[{{name: new}}, {{name: old, data_dir: '{old}'}}]"]
-    extra += ["optimizer.lr=0.0", "trainer.max_steps=2", "checkpoint.every_n_updates=2"]
+    extra += ["lr.peak=0.0", "trainer.max_steps=2", "checkpoint.every_n_updates=2"]
     results = train(compose_config(_overrides((new, cache, runs), extra), out))
     with open(out / "logs" / "metrics.csv", newline="") as f:
         [row] = [r for r in csv.DictReader(f) if r.get("val/new/bleu")]
@@ -253,11 +253,23 @@ def test_a_finetuned_run_validates_the_new_and_the_old_domain_each_under_its_nam
     assert results["selected_by"] == "val/new/bleu"  # the first set, by default
 
 
-def test_a_fine_tuned_run_may_change_the_models_regularisation(toy, trained, tmp_path, caplog):
-    """Dropout is not in the weights: init_from takes model.dropout=0.3 and trains with it."""
+def test_a_fine_tuned_run_may_change_the_models_regularisation_and_its_first_lines_say_so(
+    toy, trained, tmp_path, caplog
+):
+    """Dropout is not in the weights: init_from takes model.dropout=0.3 and trains with it; before
+    the data is prepared, the log names each model key that differs from the checkpoint's, with
+    both values (at dc2bd7b it said nothing)."""
     ckpt = trained[0] / "checkpoints" / "last.ckpt"
+    before = torch.load(ckpt, weights_only=True)["hyper_parameters"]["model"]
     extra = ["model.dropout=0.3", "model.attention_dropout=0.05", "trainer.max_steps=1"]
     results, _ = _finetune(toy, tmp_path / "ft", ckpt, extra, caplog)
     saved = torch.load(tmp_path / "ft" / "checkpoints" / "last.ckpt", weights_only=True)
     model = saved["hyper_parameters"]["model"]
     assert model["dropout"] == 0.3 and model["attention_dropout"] == 0.05 and results["ending_update"] == 1
+    said = [r.getMessage() for r in caplog.records]
+    first_data = next(i for i, m in enumerate(said) if m.startswith(("corpus:", "reusing corpus")))
+    for key, value in (("dropout", 0.3), ("attention_dropout", 0.05)):
+        line = f"init_from: model.{key} is {before[key]!r} in the checkpoint, {value!r} in this run"
+        [at] = [i for i, m in enumerate(said) if m.startswith(line)]
+        assert at < first_data  # among the first lines, before the data is prepared
+    assert not any("model.d_model" in m for m in said)  # only the keys that differ

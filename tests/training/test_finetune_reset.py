@@ -1,9 +1,12 @@
 """``finetune.reset``: what a fine-tuned run takes fresh, and what it carries on from its checkpoint.
 
-- carried on, Adam's step counts and the learning rate continue from the checkpoint's update;
+- carried on, Adam's moments are the checkpoint's, exactly, and the learning rate continues the
+  checkpoint's own schedule from its update: a decaying one along its own curve, to its own end,
+  and one already at its floor is refused, saying why (at dc2bd7b it trained at the floor);
 - a resumed fine-tuned run keeps the schedule it continued;
-- carried on, early stopping stops sooner than fresh, by the validations the checkpoint had waited,
-  and no best checkpoint is written where no validation beats the checkpoint's best;
+- carried on, early stopping compares with the checkpoint's best but counts from 0: a fine-tune is
+  never stopped by its source's count; no best checkpoint is written where no validation beats
+  the checkpoint's best;
 - the data order continues: epoch ``e`` with an offset is epoch ``offset + e`` without, and the
   offset survives the sampler's state;
 - what the checkpoint cannot give, or the run cannot take, is refused naming the part.
@@ -22,10 +25,10 @@ import torch
 from data.batching import TokenBucketBatchSampler
 from tests.training.test_finetune import LR, WARMUP, _overrides, toy  # noqa: F401 (fixture)
 from tests.training.test_pipeline import compose_config
-from training.finetune import FineTuneError
-from training.finetune_reset import RESETTABLE, parse_reset
+from training.lr.shapes import inverse_sqrt_factor, linear_factor
 from training.pipeline import train
-from training.schedule import inverse_sqrt_factor
+from training.start import FineTuneError
+from training.start.carried import RESETTABLE, CarriedOptimizer, parse_reset
 
 STEPS = ["checkpoint.every_n_updates=2", "trainer.log_every_n_steps=1"]
 
@@ -71,7 +74,7 @@ def test_carried_on_adam_and_the_schedule_continue_from_the_checkpoints_update(t
     # Adam's step counts go on from the checkpoint's 4.
     assert {int(s["step"]) for s in last["optimizer_states"][0]["state"].values()} == {6}
     assert _lr_rows(out)[0] == pytest.approx(LR * inverse_sqrt_factor(5, WARMUP))  # update 1 reads 5's
-    assert last["schedule_offset"] == 4
+    assert last["lr_schedulers"][0]["rate"]["offset"] == 4
     [state] = [s for k, s in last.items() if k.endswith("DataModule")]
     assert state["train_sampler"]["epoch_offset"] == saved["epoch"] + 1
 
@@ -83,7 +86,7 @@ def test_fresh_by_default(toy, watched, tmp_path):  # noqa: F811
     last = torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert {int(s["step"]) for s in last["optimizer_states"][0]["state"].values()} == {2}
     assert _lr_rows(out)[0] == pytest.approx(LR * inverse_sqrt_factor(1, WARMUP))
-    assert "schedule_offset" not in last and results["finetune_reset"] == sorted(RESETTABLE)
+    assert last["lr_schedulers"][0]["rate"]["offset"] == 0 and results["finetune_reset"] == sorted(RESETTABLE)
     assert len(list((out / "checkpoints").glob("best-*.ckpt"))) == 1
 
 
@@ -100,25 +103,57 @@ def test_a_resumed_finetuned_run_keeps_the_schedule_it_continued(toy, watched, t
     assert lrs[-1] == pytest.approx(LR * inverse_sqrt_factor(8, WARMUP))
 
 
-def test_carried_on_early_stopping_stops_sooner_by_the_validations_it_had_waited(
+def test_carried_on_early_stopping_compares_with_the_checkpoints_best_but_never_stops_by_its_count(
     toy,  # noqa: F811
-    watched,
     tmp_path,
 ):
-    """At lr 0 no validation improves on the checkpoint's: fresh, early stopping takes the first as
-    its best and stops ``patience`` later; carried on, it stops after ``patience - waited``."""
-    ckpt, _ = watched
+    """A source that ended by early stopping (its count at its patience): at lr 0 no validation of
+    the fine-tune beats the source's best. Fresh, early stopping takes the first as its best and
+    stops ``patience`` later; carried on, it compares with the source's best from the first
+    validation on and stops after ``patience`` validations, not at the first (dc2bd7b's count)."""
+    source = tmp_path / "source"
+    stopped = ["lr.peak=0.0", "trainer.max_steps=40", "early_stopping.patience=1", *STEPS]
+    first = train(compose_config(_overrides(toy, stopped), source))
+    assert first["ending"] == "stopped early"
+    ckpt = source / "checkpoints" / "last.ckpt"
     saved = torch.load(ckpt, map_location="cpu", weights_only=True)
     [waited] = [s["wait_count"] for k, s in saved["callbacks"].items() if k.startswith("EarlyStopping")]
+    assert waited == 1  # the source stopped on it
     patience = 2
-    extra = ["optimizer.lr=0.0", "trainer.max_steps=20", f"early_stopping.patience={patience}"]
+    extra = ["lr.peak=0.0", "trainer.max_steps=20", f"early_stopping.patience={patience}"]
     fresh = _finetune(toy, tmp_path / "fresh", ckpt, list(RESETTABLE), extra)
     carried = _finetune(toy, tmp_path / "carried", ckpt, ["optimizer", "schedule", "data_order"], extra)
     assert fresh["ending_update"] == 2 * (patience + 1)
-    assert carried["ending_update"] == 2 * max(patience - waited, 1)
+    assert carried["ending_update"] == 2 * patience  # its own count, from 0
     # The best score carried on: no validation of this run beats the checkpoint's, so no best-* file.
     assert len(list((tmp_path / "fresh" / "checkpoints").glob("best-*.ckpt"))) == 1
     assert not list((tmp_path / "carried" / "checkpoints").glob("best-*.ckpt"))
+
+
+def test_carried_on_adams_moments_are_the_checkpoints_exactly(toy, watched, tmp_path, monkeypatch):  # noqa: F811
+    """The optimizer's state when training starts, every moment of every parameter, equals the
+    checkpoint's to the bit (not only its step counts); fresh, there is none."""
+    ckpt, _ = watched
+    saved = torch.load(ckpt, map_location="cpu", weights_only=True)["optimizer_states"][0]["state"]
+    seen: dict = {}
+    real = CarriedOptimizer.on_train_start
+
+    def recording(self, trainer, pl_module) -> None:  # noqa: ANN001
+        real(self, trainer, pl_module)
+        for index, state in (
+            trainer.optimizers[0].state_dict()["state"].items()
+        ):  # copies: Adam steps in place
+            seen[index] = {name: value.clone() for name, value in state.items()}
+
+    monkeypatch.setattr(CarriedOptimizer, "on_train_start", recording)
+    _finetune(
+        toy, tmp_path / "ft", ckpt, [p for p in RESETTABLE if p != "optimizer"], ["trainer.max_steps=1"]
+    )
+    assert seen.keys() == saved.keys() and len(saved) > 10
+    for index, state in saved.items():
+        assert state.keys() == seen[index].keys()
+        for name, value in state.items():
+            assert torch.equal(seen[index][name], value), (index, name)
 
 
 def test_the_data_order_continues_from_an_offset_and_keeps_it_in_its_state():
@@ -163,8 +198,8 @@ REFUSED = {
     "a schedule fitted to the budget": (
         "last.ckpt",
         ["optimizer", "early_stopping", "best_score", "data_order"],
-        ["trainer.max_time=00:00:01:00", "schedule.fit=budget"],
-        r"leaves out schedule, but schedule\.fit=budget fits a schedule of its own",
+        ["trainer.max_time=00:00:01:00", "budget.fit=budget"],
+        r"leaves out schedule, but budget\.fit=budget fits a schedule of its own",
     ),
 }
 
@@ -176,3 +211,32 @@ def test_what_cannot_be_carried_is_refused_naming_the_part(toy, watched, tmp_pat
         _finetune(toy, tmp_path / "run", ckpt, reset, ["trainer.max_steps=2", *extra])
     assert "\n" not in str(err.value)
     assert not (tmp_path / "run" / "checkpoints").exists()  # refused before training
+
+
+def test_a_carried_decaying_schedule_continues_its_sources_curve_or_is_refused_at_its_floor(toy, tmp_path):  # noqa: F811
+    """A source trained along a line to the floor at update 8 (its run's length). Carried on from
+    its update 4, a 3-update fine-tune takes the source's rates of updates 5, 6 and 7, not its own
+    curve read there (which ended at its own 3 updates: at dc2bd7b it trained at the floor, 0,
+    throughout); carried on from update 8, where the line has ended, it is refused, saying why."""
+    source = tmp_path / "source"
+    shape = ["lr.schedule=linear", "lr.warmup_steps=2"]
+    train(compose_config(_overrides(toy, [*shape, "trainer.max_steps=8", *STEPS]), source))
+    middle = source / "checkpoints" / "update00000004.ckpt"
+    keep = ["optimizer", "data_order", "early_stopping", "best_score"]  # the schedule carried on
+    out = tmp_path / "ft"
+    _finetune(toy, out, middle, keep, [*shape, "trainer.max_steps=3"])
+    expected = [LR * linear_factor(s, 2, 8) for s in (5, 6, 7)]
+    assert _lr_rows(out) == pytest.approx(expected) and min(expected) > 0
+    with pytest.raises(
+        FineTuneError,
+        match=r"leaves out schedule, but .*update00000008\.ckpt: its linear schedule "
+        r"reaches its floor \(0x the peak\) at update 8, by the checkpoint's update 8",
+    ):
+        _finetune(
+            toy,
+            tmp_path / "late",
+            source / "checkpoints" / "update00000008.ckpt",
+            keep,
+            [*shape, "trainer.max_steps=3"],
+        )
+    assert not (tmp_path / "late" / "checkpoints").exists()  # refused before training

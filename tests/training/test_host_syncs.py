@@ -56,7 +56,7 @@ def test_a_bf16_update_with_fused_adam_makes_no_host_synchronisation(normalizati
         n_decoder_layers=1, d_ff=64, dropout=0.1, share_embeddings=True,
     )  # fmt: skip
     module = TranslationModule(
-        model, optimizer={"lr": 1e-3, "warmup_steps": 4}, loss_normalization=normalization
+        model, lr={"peak": 1e-3, "warmup_steps": 4}, loss_normalization=normalization
     )
     count = CountUpdates()
     trainer = L.Trainer(

@@ -17,8 +17,8 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from common.attention_plot import attention_figure, figure_pixels
 from tests.toy_text import write_toy_corpus
 from tests.training.test_pipeline import compose_config, toy_overrides
-from training.pipeline import make_loggers, train
-from training.resume import ContinuedCSVLogger
+from training.loggers import ContinuedCSVLogger, make_loggers
+from training.pipeline import train
 
 # A real run of a few updates (fast_dev_run would swap every logger for a dummy).
 ONE_SHORT_EPOCH = [
@@ -86,7 +86,7 @@ def test_an_optional_logger_without_its_extra_is_refused_naming_it(name, tmp_pat
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == name else real(n, *a))
     cfg = compose_config([f"logger={name}"], tmp_path / "run")
     with pytest.raises(ModuleNotFoundError, match=rf"logger={name} needs the {name} package.*\.\[{name}\]"):
-        make_loggers(cfg, tmp_path / "run")
+        make_loggers(cfg.logger, tmp_path / "run")
 
 
 def test_wandb_logs_offline_when_installed(toy, tmp_path, monkeypatch):

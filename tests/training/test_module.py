@@ -16,8 +16,8 @@ from data.batching import collate_batch
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, SubwordTokenizer
 from decoding.search import greedy_search
 from tests.toy_text import toy_pairs, train_word_spm
+from training.lr.shapes import inverse_sqrt_factor
 from training.module import EvalDecoding, TranslationModule
-from training.schedule import inverse_sqrt_factor
 
 
 def _toy_batch() -> tuple[dict, list[list[int]], int]:
@@ -43,7 +43,7 @@ def _tiny(vocab: int) -> dict:
 
 def test_module_overfits_a_toy_batch():
     batch, tgt_ids, vocab = _toy_batch()
-    module = TranslationModule(_tiny(vocab), optimizer={"lr": 3e-3, "warmup_steps": 10}, label_smoothing=0.0)
+    module = TranslationModule(_tiny(vocab), lr={"peak": 3e-3, "warmup_steps": 10}, label_smoothing=0.0)
     trainer = L.Trainer(
         max_steps=200, accelerator="cpu", logger=False, enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False,
@@ -187,7 +187,7 @@ def test_an_update_normalised_by_its_tokens_has_the_gradient_of_its_batches_as_o
     def grads(normalization: str, batches: list[dict], accumulate: int) -> list:
         torch.manual_seed(0)
         module = TranslationModule(
-            _tiny(tok.vocab_size), optimizer={"lr": 0.0, "warmup_steps": 1}, loss_normalization=normalization
+            _tiny(tok.vocab_size), lr={"peak": 0.0, "warmup_steps": 1}, loss_normalization=normalization
         )
         return _first_update_gradients(module, batches, accumulate)
 
@@ -339,7 +339,7 @@ def test_a_checkpoint_restores_the_nonfinite_streak_and_the_rng():
 
 
 def test_a_checkpoint_of_two_ranks_gives_each_rank_its_own_rng_and_warns_on_another_count(caplog):
-    from training.module import set_rng_states
+    from training.rng import set_rng_states
 
     states = []
     for seed in (1, 2):

@@ -8,7 +8,7 @@ import torch
 
 from training.module import TranslationModule
 from training.pipeline import default_config
-from training.resume import check_config
+from training.start.resume import check_config
 
 
 def _module(name: str, fused: bool | None = None) -> TranslationModule:
@@ -16,8 +16,8 @@ def _module(name: str, fused: bool | None = None) -> TranslationModule:
         src_vocab_size=12, tgt_vocab_size=12, d_model=16, n_heads=2,
         n_encoder_layers=1, n_decoder_layers=1, d_ff=32, dropout=0.0, share_embeddings=True,
     )  # fmt: skip
-    settings = {"name": name, "lr": 0.1, "weight_decay": 0.5, "warmup_steps": 0, "fused": fused}
-    return TranslationModule(model, optimizer=settings)
+    settings = {"name": name, "weight_decay": 0.5, "fused": fused}
+    return TranslationModule(model, optimizer=settings, lr={"peak": 0.1, "warmup_steps": 0})
 
 
 @pytest.mark.parametrize("fused", [False, None])  # None: the CPU's fused kernel
@@ -68,8 +68,9 @@ def test_an_unknown_optimizer_is_refused_naming_the_setting():
 
 
 def test_a_checkpoint_from_before_the_setting_resumes_as_adam():
-    saved = {"optimizer": {"lr": 1e-3}}
+    saved = {"optimizer": {"lr": 1e-3}}  # written before optimizer.name, and before the lr group
     defaults = default_config()  # optimizer.name: adam, what runs did before the setting existed
-    assert check_config(saved, {"optimizer": {"lr": 1e-3, "name": "adam"}}, [], defaults) == []
+    now = {"optimizer": {"name": "adam"}, "lr": {"peak": 1e-3}}
+    assert check_config(saved, now, [], defaults) == []
     with pytest.raises(Exception, match="optimizer.name: '<absent>' in the checkpoint, 'adamw' now"):
-        check_config(saved, {"optimizer": {"lr": 1e-3, "name": "adamw"}}, [], defaults)
+        check_config(saved, {**now, "optimizer": {"name": "adamw"}}, [], defaults)

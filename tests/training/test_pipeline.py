@@ -22,13 +22,16 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch._dynamo.utils import counters
 
+from common.checkpoint_file import CheckpointError
 from data.datamodule import TranslationDataModule
 from fastpaths import hardware
 from tests.toy_text import tiny_run_overrides, train_word_spm, write_toy_corpus
-from training import averaging, pipeline
+from training import average, checkpoint_io, run_record
+from training.budget import BudgetSettings
+from training.budget.points import point_path
+from training.lr import RateSettings
 from training.module import DEFAULT_OPTIMIZER, TranslationModule
 from training.pipeline import train
-from training.resume import CheckpointError
 from transformer import TransformerConfig
 from translation import Translator
 
@@ -49,8 +52,8 @@ def toy_overrides(corpus: Path, cache: Path, runs: Path) -> list[str]:
         "data.max_tokens=512",
         f"data.cache_dir={cache}",
         f"paths.runs_dir={runs}",
-        "optimizer.lr=3e-3",
-        "optimizer.warmup_steps=20",
+        "lr.peak=3e-3",
+        "lr.warmup_steps=20",
         "trainer.enable_progress_bar=false",
         "trainer.enable_model_summary=false",
         "trainer.log_every_n_steps=5",
@@ -110,6 +113,7 @@ def test_gpu_configs_resolve_to_arguments_that_exist(overrides):
     assert set(trainer) - taken_out <= set(inspect.signature(L.Trainer.__init__).parameters)
     assert set(data) - taken_out <= set(inspect.signature(TranslationDataModule.__init__).parameters)
     assert set(optimizer) == set(DEFAULT_OPTIMIZER)
+    RateSettings.from_dict(cfg["lr"]), BudgetSettings.from_dict(cfg["budget"])  # every key known
     TransformerConfig(src_vocab_size=100, tgt_vocab_size=100, **cfg["model"])
     assert (trainer["accelerator"], trainer["precision"]) == ("gpu", "auto")  # bf16 where native
     assert trainer["gradient_clip_val"] > 0 and trainer["accumulate_grad_batches"] >= 1
@@ -146,7 +150,7 @@ def test_precision_and_time_budget_are_chosen_said_and_recorded(toy, tmp_path, m
     so and why; a time budget too short for the schedule is said at the start, with what to change."""
     monkeypatch.setattr(hardware, "native_bf16", lambda: False)
     overrides = [*toy_overrides(*toy), "trainer.precision=auto", "trainer.max_time=00:00:05:00"]
-    overrides += ["optimizer.warmup_steps=100000", "trainer.max_epochs=1", "trainer.limit_val_batches=1"]
+    overrides += ["lr.warmup_steps=100000", "trainer.max_epochs=1", "trainer.limit_val_batches=1"]
     overrides += ["test=false", "average_last=3"]
     caplog.set_level(logging.INFO)
     results = train(compose_config(overrides, tmp_path / "run"))
@@ -271,8 +275,9 @@ def test_every_checkpoint_and_results_json_go_through_the_atomic_writer(toy, tmp
 
         monkeypatch.setattr(module, "atomic_write", atomic_write)
 
-    recording(pipeline)
-    recording(averaging)
+    recording(checkpoint_io)
+    recording(run_record)
+    recording(average)
     out = tmp_path / "run"
     overrides = [*toy_overrides(*toy), "trainer.max_epochs=2", "average_last=2", "test=false"]
     train(compose_config(overrides, out))
@@ -376,25 +381,26 @@ def test_a_mix_of_tagged_corpora_trains_records_its_counts_and_resumes_exactly(t
 
 @pytest.mark.slow  # trains for its time budget
 def test_a_run_fitted_to_its_budget_says_records_and_averages_its_fit(toy, tmp_path, caplog):
-    """schedule.fit=budget: the fit is said in one line each time, recorded in results.json, and the
+    """budget.fit=budget: the fit is said in one line each time, recorded in results.json, and the
     averaged checkpoint holds the weights of the budget's last part; the run stops at the limit."""
     overrides = [*toy_overrides(*toy), "trainer.max_time=00:00:00:08", "trainer.max_epochs=200"]
     overrides += [
-        "schedule.fit=budget",
-        "optimizer.warmup_steps=4000",
+        "budget.fit=budget",
+        "lr.warmup_steps=4000",
         "average_last=3",
         "test_ckpt=averaged",
     ]
     caplog.set_level(logging.INFO)
     results = train(compose_config(overrides, tmp_path / "run"))
-    said = [r.getMessage() for r in caplog.records if r.name == "training.budget_fit"]
+    said = [r.getMessage() for r in caplog.records if r.name == "training.budget.fit"]
     fits = [m for m in said if m.startswith("schedule fit")]
     assert fits and all("the budget holds ~" in m and "warmup" in m for m in fits)
     fit = json.loads((tmp_path / "run" / "results.json").read_text())["schedule_fit"]
     assert fit == results["schedule_fit"] and fit["fitted"] and fit["warmup"] < 4000
     assert fit["decay_end"] == fit["forecast_updates"] and fit["validate_every_epochs"] >= 1
     averaged = torch.load(tmp_path / "run" / "checkpoints" / "averaged.ckpt", weights_only=True)
-    assert averaged["averaged_from"] == [f"update {u}" for u in fit["averaged_updates"]]
+    ckpt_dir = tmp_path / "run" / "checkpoints"
+    assert averaged["averaged_from"] == [str(point_path(ckpt_dir, u)) for u in fit["averaged_updates"]]
     assert len(fit["averaged_updates"]) >= 2 and results["ending"] == "stopped early"
     assert "test/bleu" in results
 
@@ -458,6 +464,6 @@ def test_a_run_resumed_with_another_vocabulary_is_refused_naming_both_files(toy,
 
 @pytest.mark.parametrize("schedule", ["constant", "plateau"])
 def test_a_flat_schedule_with_a_budget_fit_is_refused_naming_both_keys(toy, tmp_path, schedule):
-    overrides = [*toy_overrides(*toy), "trainer.max_time=00:00:00:08", "schedule.fit=budget"]
-    with pytest.raises(ValueError, match=f"optimizer.schedule={schedule} .* schedule.fit=budget"):
-        train(compose_config([*overrides, f"optimizer.schedule={schedule}"], tmp_path / "run"))
+    overrides = [*toy_overrides(*toy), "trainer.max_time=00:00:00:08", "budget.fit=budget"]
+    with pytest.raises(ValueError, match=f"lr.schedule={schedule} .* budget.fit=budget"):
+        train(compose_config([*overrides, f"lr.schedule={schedule}"], tmp_path / "run"))

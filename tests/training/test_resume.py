@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from common.checkpoint_file import CheckpointError
 from tests.toy_text import write_toy_corpus
 from tests.training.test_pipeline import compose_config, toy_overrides
 from training import module as module_mod
+from training.lr.shapes import inverse_sqrt_factor
 from training.pipeline import train
-from training.resume import CheckpointError, check_config, resume_point
-from training.schedule import inverse_sqrt_factor
+from training.start.resume import check_config, find_resumed, run_dir_of
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +51,7 @@ def _early_stopping(run: Path) -> dict:
 def test_early_stopping_after_a_resume_stops_where_the_straight_run_stops(toy, tmp_path):
     """lr 0: BLEU never improves; patience 2 stops at the third validation, update 12, also when
     the run is stopped at update 8 and resumed (the validation at 8 is not lost)."""
-    common = ["optimizer.lr=0.0", "early_stopping.patience=2", "checkpoint.every_n_updates=4"]
+    common = ["lr.peak=0.0", "early_stopping.patience=2", "checkpoint.every_n_updates=4"]
     straight = _run(toy, tmp_path / "straight", [*common, "trainer.max_steps=40"])
     _run(toy, tmp_path / "stopped", [*common, "trainer.max_steps=8"])
     ckpt = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
@@ -111,31 +112,36 @@ def test_the_best_checkpoint_metrics_and_tensorboard_continue_across_a_resume(to
 
 
 def test_a_changed_setting_is_refused_naming_it_and_both_values():
-    saved = {"optimizer": {"lr": 5e-4, "warmup_steps": 4000}, "trainer": {"max_steps": 10}, "seed": 1}
-    current = {"optimizer": {"lr": 1e-3, "warmup_steps": 4000}, "trainer": {"max_steps": 20}, "seed": 2}
+    saved = {"lr": {"peak": 5e-4, "warmup_steps": 4000}, "trainer": {"max_steps": 10}, "seed": 1}
+    current = {"lr": {"peak": 1e-3, "warmup_steps": 4000}, "trainer": {"max_steps": 20}, "seed": 2}
     with pytest.raises(CheckpointError) as err:
         check_config(saved, current, [])
     message = str(err.value)
-    assert "optimizer.lr: 0.0005 in the checkpoint, 0.001 now" in message
+    assert "lr.peak: 0.0005 in the checkpoint, 0.001 now" in message
     assert "seed: 1 in the checkpoint, 2 now" in message
     assert "max_steps" not in message  # a limit cannot change the result
-    assert "resume.allow_changes=[optimizer.lr,seed]" in message
-    allowed = check_config(saved, current, ["optimizer", "seed"])  # a group allows its keys
+    assert "resume.allow_changes=[lr.peak,seed]" in message
+    allowed = check_config(saved, current, ["lr", "seed"])  # a group allows its keys
     assert allowed == [
-        "optimizer.lr: 0.0005 in the checkpoint, 0.001 now (allowed by resume.allow_changes)",
+        "lr.peak: 0.0005 in the checkpoint, 0.001 now (allowed by resume.allow_changes)",
         "seed: 1 in the checkpoint, 2 now (allowed by resume.allow_changes)",
     ]
+    # A checkpoint written before the lr group: its optimizer.lr is read as lr.peak.
+    old = {"optimizer": {"lr": 5e-4, "warmup_steps": 4000}, "trainer": {"max_steps": 10}, "seed": 1}
+    assert check_config(old, {**saved, "trainer": {"max_steps": 20}}, []) == []
+    with pytest.raises(CheckpointError, match="lr.peak: 0.0005 in the checkpoint, 0.001 now"):
+        check_config(old, current, ["seed"])
     assert check_config(saved, {**saved, "trainer": {"max_steps": 99}}, []) == []
 
 
 def test_a_resumed_run_refuses_a_new_lr_unless_allowed_and_then_uses_it(toy, tmp_path):
-    common = ["checkpoint.every_n_updates=2", "optimizer.warmup_steps=4"]
+    common = ["checkpoint.every_n_updates=2", "lr.warmup_steps=4"]
     _run(toy, tmp_path / "first", [*common, "trainer.max_steps=2"])
     ckpt = tmp_path / "first" / "checkpoints" / "last.ckpt"
-    resumed = [*common, "trainer.max_steps=4", f"ckpt_path={ckpt}", "optimizer.lr=1e-2"]
-    with pytest.raises(CheckpointError, match=r"optimizer.lr: 0.003 in the checkpoint, 0.01 now"):
+    resumed = [*common, "trainer.max_steps=4", f"ckpt_path={ckpt}", "lr.peak=1e-2"]
+    with pytest.raises(CheckpointError, match=r"lr.peak: 0.003 in the checkpoint, 0.01 now"):
         _run(toy, tmp_path / "refused", resumed)
-    _run(toy, tmp_path / "allowed", [*resumed, "resume.allow_changes=[optimizer.lr]"])
+    _run(toy, tmp_path / "allowed", [*resumed, "resume.allow_changes=[lr.peak]"])
     saved = torch.load(ckpt, weights_only=True)
     assert saved["global_step"] == 4
     # The schedule goes on from update 4 with the new peak.
@@ -154,11 +160,10 @@ def test_a_damaged_checkpoint_is_an_error_naming_it(tmp_path, damage):
     bad = tmp_path / "bad.ckpt"
     data = {"truncated": good.read_bytes()[: good.stat().st_size // 2], "empty": b"", "text": b"not a ckpt"}
     bad.write_bytes(data[damage])
-    with pytest.raises(
-        CheckpointError, match=f"{bad} cannot be loaded .*truncated, empty or not a checkpoint"
-    ):
-        resume_point(str(bad), tmp_path, "x", tmp_path / "out")
-    assert resume_point(str(good), tmp_path, "x", tmp_path / "out").global_step == 3
+    with pytest.raises(CheckpointError, match=f"{bad}: (truncated or corrupted|not a PyTorch checkpoint)"):
+        find_resumed(str(bad), tmp_path, "x", tmp_path / "out")
+    path, checkpoint = find_resumed(str(good), tmp_path, "x", tmp_path / "out")
+    assert path == good and checkpoint["global_step"] == 3
 
 
 def test_last_offers_or_takes_the_newest_loadable_checkpoint_beside_a_damaged_one(tmp_path, caplog):
@@ -169,14 +174,16 @@ def test_last_offers_or_takes_the_newest_loadable_checkpoint_beside_a_damaged_on
     (ckpts / "update00000012.ckpt").write_bytes(b"")  # damaged too: skipped
     (ckpts / "last.ckpt").write_bytes(b"\x00" * 10)
     with pytest.raises(CheckpointError) as err:
-        resume_point("last", tmp_path / "runs", "x", tmp_path / "out")
+        find_resumed("last", tmp_path / "runs", "x", tmp_path / "out")
     message = str(err.value)
-    assert f"{ckpts / 'last.ckpt'} cannot be loaded" in message
+    assert f"{ckpts / 'last.ckpt'}: not a PyTorch checkpoint" in message
     assert f"{ckpts / 'update00000008.ckpt'} (update 8)" in message
     assert "resume.take_newest_loadable=true" in message
-    point = resume_point("last", tmp_path / "runs", "x", tmp_path / "out", take_newest_loadable=True)
-    assert point.path == ckpts / "update00000008.ckpt" and point.global_step == 8
-    assert point.run_dir == tmp_path / "runs" / "x" / "run1"
+    path, checkpoint = find_resumed(
+        "last", tmp_path / "runs", "x", tmp_path / "out", take_newest_loadable=True
+    )
+    assert path == ckpts / "update00000008.ckpt" and checkpoint["global_step"] == 8
+    assert run_dir_of(path) == tmp_path / "runs" / "x" / "run1"
     assert "resuming from" in caplog.text and "update00000008.ckpt" in caplog.text
 
 
@@ -186,30 +193,34 @@ def test_a_requeued_slurm_job_resumes_from_its_run_directorys_newest_checkpoint(
     torch.save({"state_dict": {}, "global_step": 10, "loops": {}}, run / "hpc_ckpt_1.ckpt")
     torch.save({"state_dict": {}, "global_step": 12, "loops": {}}, run / "checkpoints" / "last.ckpt")
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    assert resume_point(None, tmp_path / "runs", "wmt", run) is None  # outside SLURM: a fresh start
+    assert find_resumed(None, tmp_path / "runs", "wmt", run) is None  # outside SLURM: a fresh start
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
-    point = resume_point(None, tmp_path / "runs", "wmt", run)
-    assert point.path == run / "checkpoints" / "last.ckpt" and point.run_dir == run
+    path, checkpoint = find_resumed(None, tmp_path / "runs", "wmt", run)
+    assert (
+        path == run / "checkpoints" / "last.ckpt"
+        and run_dir_of(path) == run
+        and checkpoint["global_step"] == 12
+    )
     (run / "checkpoints" / "last.ckpt").write_bytes(b"")  # damaged: the next newest, with a warning
-    assert resume_point(None, tmp_path / "runs", "wmt", run).path == run / "hpc_ckpt_1.ckpt"
-    assert resume_point(None, tmp_path / "runs", "wmt", tmp_path / "fresh") is None
+    assert find_resumed(None, tmp_path / "runs", "wmt", run)[0] == run / "hpc_ckpt_1.ckpt"
+    assert find_resumed(None, tmp_path / "runs", "wmt", tmp_path / "fresh") is None
 
 
 def test_an_averaged_checkpoint_is_tested_but_not_resumed_from(tmp_path):
     averaged = tmp_path / "averaged.ckpt"
     torch.save({"state_dict": {}, "averaged_from": ["a", "b"]}, averaged)  # no training state
-    assert resume_point(str(averaged), tmp_path, "x", tmp_path / "out", training=False).path == averaged
-    with pytest.raises(CheckpointError, match=f"{averaged} holds no training state to resume from"):
-        resume_point(str(averaged), tmp_path, "x", tmp_path / "out")
+    assert find_resumed(str(averaged), tmp_path, "x", tmp_path / "out", training=False)[0] == averaged
+    with pytest.raises(CheckpointError, match=f"{averaged}: holds no training state to resume from"):
+        find_resumed(str(averaged), tmp_path, "x", tmp_path / "out")
 
 
 def test_a_setting_added_since_the_checkpoint_is_no_change_at_its_default():
-    saved = {"optimizer": {"lr": 5e-4}, "data": {"max_len": 250}}
-    defaults = {"optimizer": {"lr": 1e-3, "name": "adam"}, "data": {"max_len": 250, "bad_lines": "error"}}
-    current = {"optimizer": {"lr": 5e-4, "name": "adam"}, "data": {"max_len": 250, "bad_lines": "error"}}
+    saved = {"optimizer": {"eps": 1e-9}, "data": {"max_len": 250}}
+    defaults = {"optimizer": {"eps": 1e-8, "name": "adam"}, "data": {"max_len": 250, "bad_lines": "error"}}
+    current = {"optimizer": {"eps": 1e-9, "name": "adam"}, "data": {"max_len": 250, "bad_lines": "error"}}
     assert check_config(saved, current, [], defaults) == []
     # The same keys at other values change what the run computes: refused, naming them.
-    changed = {"optimizer": {"lr": 5e-4, "name": "adamw"}, "data": {"max_len": 250, "bad_lines": "skip"}}
+    changed = {"optimizer": {"eps": 1e-9, "name": "adamw"}, "data": {"max_len": 250, "bad_lines": "skip"}}
     with pytest.raises(CheckpointError, match=r"data\.bad_lines: '<absent>' in the checkpoint, 'skip' now"):
         check_config(saved, changed, [], defaults)
     with pytest.raises(CheckpointError, match="optimizer.name"):  # without defaults, any new key
@@ -224,7 +235,7 @@ def test_the_default_config_is_the_composed_train_yaml():
 
 
 def test_a_checkpoint_written_before_newer_settings_existed_resumes(toy, tmp_path):
-    common = ["checkpoint.every_n_updates=2", "optimizer.warmup_steps=4"]
+    common = ["checkpoint.every_n_updates=2", "lr.warmup_steps=4"]
     _run(toy, tmp_path / "first", [*common, "trainer.max_steps=2"])
     ckpt = tmp_path / "first" / "checkpoints" / "last.ckpt"
     saved = torch.load(ckpt, weights_only=True)

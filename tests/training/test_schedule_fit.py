@@ -1,4 +1,4 @@
-"""The schedule fitted to a forecast (training/schedule_fit.py), as properties over speeds and budgets."""
+"""The schedule fitted to a forecast (training/lr/fitted.py), as properties over speeds and budgets."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from training.budget import forecast
-from training.schedule import inverse_sqrt_factor, schedule_factor
-from training.schedule_fit import FittedSchedule, Segment, average_points, fit_schedule
+from training.budget.forecast import forecast
+from training.budget.points import average_points
+from training.lr.fitted import FittedSchedule, Segment, fit_schedule
+from training.lr.shapes import inverse_sqrt_factor, schedule_factor
 
 PER_EPOCH, WARMUP, AVERAGE = 117, 600, 5  # the Multi30k recipe's
 

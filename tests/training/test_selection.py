@@ -86,7 +86,7 @@ def test_every_set_is_validated_logged_by_name_and_the_best_is_the_lowest_loss_o
 def test_early_stopping_watches_the_chosen_set_and_metric(toy, new_domain, tmp_path):
     """lr 0: no metric moves; patience 2 stops at the third validation, saying what it watched."""
     extra = [_two_sets(new_domain), "checkpoint.metric=chrf", "checkpoint.select_on=new"]
-    extra += ["optimizer.lr=0.0", "early_stopping.patience=2", "trainer.max_epochs=6"]
+    extra += ["lr.peak=0.0", "early_stopping.patience=2", "trainer.max_epochs=6"]
     results = _run(toy, tmp_path / "run", extra)
     assert results["ending"] == "stopped early" and "val/new/chrf" in results["ending_detail"]
     assert len([r for r in _rows(tmp_path / "run") if r.get("val/new/chrf")]) == 3

@@ -102,7 +102,7 @@ def _validations(run: Path) -> list[float]:
 def test_early_stopping_on_validation_bleu_is_off_by_default(toy, tmp_path, patience, expected):
     """With lr 0 validation BLEU never improves: patience 2 stops after the 3rd validation."""
     overrides = [*toy_overrides(*toy), "trainer.max_epochs=5", "trainer.limit_train_batches=2"]
-    overrides += ["trainer.limit_val_batches=2", "test=false", "optimizer.lr=0.0"]
+    overrides += ["trainer.limit_val_batches=2", "test=false", "lr.peak=0.0"]
     overrides += [f"early_stopping.patience={'null' if patience is None else patience}"]
     train(compose_config(overrides, tmp_path / "run"))
     bleu = _validations(tmp_path / "run")

@@ -1,19 +1,22 @@
-"""A time-limited run that fits itself to the updates it will get (``schedule.fit: budget``).
+"""A time-limited run that fits itself to the updates it will get (``budget.fit: budget``).
 
-:class:`BudgetFit` measures the run's speed early (after ``budget.PROBE_UPDATES`` updates, or the
+:class:`BudgetFit` measures the run's speed early (after ``forecast.PROBE_UPDATES`` updates, or the
 first epoch if shorter) and forecasts the updates ``trainer.max_time`` holds, validation counted;
-then it fits the learning-rate schedule and the averaged weights to them (``schedule_fit.py``),
-and says so in one log line. After the first validation it knows what a validation costs: it
-validates every k epochs so that validation takes at most ``validation.max_share`` of the time,
-and forecasts again; after later validations it forecasts again where the measured speed drifted
-(a shared machine), at most ``schedule.refits`` times, each fit starting from the rate the run
-has, so the rate never jumps. Once the time limit stops the run, no validation follows (Lightning
-would run one; :class:`BudgetTimer`): the best checkpoint and early stopping keep what the run
-validated.
+then it has the learning rate fitted to them (:mod:`training.lr.fitted`, a part of the module's
+:class:`~training.lr.LearningRate`), chooses the updates whose weights are averaged
+(:mod:`training.budget.points`), and says so in one log line. After the first validation it knows
+what a validation costs: it validates every k epochs so that validation takes at most
+``budget.validation_share`` of the time, and forecasts again; after later validations it forecasts
+again where the measured speed drifted (a shared machine), at most ``budget.refits`` times, each fit
+starting from the rate the run has, so the rate never jumps. A run resumed with another budget
+(``trainer.max_time`` changed) forecasts again once it has timed its first updates, and the rate is
+fitted to the new end (:func:`training.lr.fitted.rejoin_schedule`). Once the time limit stops the
+run, no validation follows (Lightning would run one; :class:`BudgetTimer`): the best checkpoint and
+early stopping keep what the run validated.
 
-Its state (the fit, the forecasts, the weights summed for the average) is saved in every
-checkpoint, and the module holds the fitted schedule (``TranslationModule.fitted_schedule``), so
-a resumed run continues the same schedule bit-exactly.
+Its state (the budget, the forecasts, the updates taken for the average) is saved in every
+checkpoint, the fitted rate in the learning rate's, and the averaged weights are files of their
+own: a resumed run continues bit-exactly, and no checkpoint carries a copy of the model.
 """
 
 from __future__ import annotations
@@ -22,43 +25,20 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, Timer
 
-from training.budget import PROBE_UPDATES, forecast
-from training.schedule_fit import FittedSchedule, average_points, fit_schedule
+from training.budget.forecast import PROBE_UPDATES, forecast
+from training.budget.points import average_points, point_path, write_point
+from training.budget.settings import BudgetSettings
+from training.lr import LearningRate, RateSettings
+from training.lr.fitted import Fit, fit_schedule, rejoin_schedule
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class FitSettings:
-    """The ``schedule`` and ``validation`` settings of a fitted run (``conf/train.yaml``).
-
-    Attributes:
-        warmup_fraction: the fitted warmup's most, as a fraction of the forecast updates.
-        average_fraction: the averaged weights come from this last fraction of them.
-        refits: forecasts after the first validation's, where the speed drifted, at most.
-        drift: how far a new forecast must differ (a fraction) to fit again.
-        max_share: the share of the time validation may take.
-    """
-
-    warmup_fraction: float = 0.4
-    average_fraction: float = 0.2
-    refits: int = 3
-    drift: float = 0.03
-    max_share: float = 0.1
-
-    def __post_init__(self) -> None:
-        for name in ("warmup_fraction", "average_fraction", "drift", "max_share"):
-            if not 0.0 < getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be in (0, 1], not {getattr(self, name)}")
-        if self.refits < 0:
-            raise ValueError(f"schedule.refits must be at least 0, not {self.refits}")
 
 
 def validation_interval(
@@ -73,13 +53,13 @@ def validation_interval(
 
 
 class BudgetFit(Callback):
-    """Fits the schedule and the averaged weights to the updates the budget holds (module docstring).
+    """Fits the learning rate and the averaged weights to the updates the budget holds (module docstring).
 
     Args:
         budget_s: ``trainer.max_time`` in seconds.
-        settings: :class:`FitSettings`.
-        schedule: the configured schedule's name; ``warmup_steps``, ``min_ratio``: its warmup and floor.
+        settings: the ``budget`` settings.
         average_last: the weights averaged (``average_last``; fewer than 2: no average).
+        ckpt_dir: where the averaged weights' files go (the run's ``checkpoints/``).
         every_n_updates: ``checkpoint.every_n_updates`` (the run validates every N updates,
             not every epoch: the interval is not paced then).
         probe: updates timed before the first forecast.
@@ -89,18 +69,20 @@ class BudgetFit(Callback):
     def __init__(
         self,
         budget_s: float,
-        settings: FitSettings,
-        schedule: str,
-        warmup_steps: int,
-        min_ratio: float,
+        settings: BudgetSettings,
         average_last: int,
+        ckpt_dir: Path,
         every_n_updates: int | None = None,
         probe: int = PROBE_UPDATES,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        self.budget_s, self.settings, self.schedule = budget_s, settings, schedule
-        self.warmup_steps, self.min_ratio, self.average_last = warmup_steps, min_ratio, average_last
-        self.every_n_updates, self.probe, self.clock = every_n_updates, probe, clock
+        self.budget_s, self.settings, self.average_last = budget_s, settings, average_last
+        self.ckpt_dir, self.every_n_updates, self.probe, self.clock = (
+            Path(ckpt_dir),
+            every_n_updates,
+            probe,
+            clock,
+        )
         # Saved in checkpoints (state_dict): what a resumed run must continue with.
         self.elapsed = 0.0  # seconds of fit before this process (a resumed run's offset)
         self.forecast_updates: int | None = None
@@ -108,14 +90,15 @@ class BudgetFit(Callback):
         self.val_every = 1
         self.val_seconds: list[float] = []
         self.points: list[int] = []  # the updates whose weights are averaged
-        self.summed: dict[str, torch.Tensor] = {}
-        self.taken: list[int] = []
+        self.taken: list[int] = []  # those written (training/budget/points.py), in order
         self.said: dict[str, Any] = {}
         # This process only.
         self._start: float | None = None  # clock at train start
         self._timed: tuple[float, int, float] | None = None  # (clock, update, validation s so far)
         self._val_start: float | None = None
         self._val_total = 0.0
+        self._budget_was: float | None = None  # a resumed run's earlier budget, where it changed
+        self._legacy: tuple[Path, float] | None = None  # an old checkpoint's summed weights, as a file
 
     # ------------------------------------------------------------------ measuring
 
@@ -138,7 +121,7 @@ class BudgetFit(Callback):
             )
             share = val_s / (val_s + span)
         else:
-            share = self.settings.max_share  # before the first validation: at most its share
+            share = self.settings.validation_share  # before the first validation: at most its share
         remaining = max(self.budget_s - self._elapsed(), 0.0)
         return step + int(remaining * (1.0 - share) / seconds_per_update)
 
@@ -151,53 +134,84 @@ class BudgetFit(Callback):
         return updates
 
     def _fit(self, trainer: L.Trainer, pl_module: L.LightningModule, updates: int, why: str) -> None:
-        """Fits to ``updates`` (the same on every rank: :meth:`_agreed`) and says so."""
+        """Has the learning rate fitted to ``updates`` (the same on every rank: :meth:`_agreed`),
+        chooses the averaged updates, and says so."""
         if self.every_n_updates is None:
             trainer.check_val_every_n_epoch = self.val_every
+        rate: LearningRate = pl_module.learning_rate
+        lr = rate.settings
         step = trainer.global_step + 1  # the next update's (the scheduler has stepped)
         per_epoch = _updates_per_epoch(trainer)
-        needed = forecast(1.0, 1.0, per_epoch, self.warmup_steps, self.average_last, self.every_n_updates)
-        fit = fit_schedule(
-            updates,
-            step,
-            pl_module.lr_factor(step),
-            self.schedule,
-            self.warmup_steps,
-            self.min_ratio,
-            needed.updates_needed,
-            self.settings.warmup_fraction,
-            pl_module.fitted_schedule,
-        )
+        needed = forecast(1.0, 1.0, per_epoch, lr.warmup_steps, self.average_last, self.every_n_updates)
+        current = rate.factor(step)
+        if self._budget_was is not None and rate.fitted is not None:
+            fit = rejoin_schedule(updates, step, current, rate.fitted, self.settings.warmup_fraction)
+        else:
+            fit = fit_schedule(
+                updates, step, current, lr.schedule, lr.warmup_steps, lr.min_ratio,
+                needed.updates_needed, self.settings.warmup_fraction, rate.fitted,
+            )  # fmt: skip
         if fit.schedule is not None:
-            pl_module.fitted_schedule = fit.schedule
+            rate.refit(fit.schedule)
         self.forecast_updates = updates
-        if fit.schedule is None:  # the configured schedule stands: so does its averaging (the last epochs')
+        self._choose_points(trainer, updates, per_epoch, fit)
+        self._say(trainer, updates, why, fit, needed.updates_needed, lr, current)
+
+    def _choose_points(self, trainer: L.Trainer, updates: int, per_epoch: int, fit: Fit) -> None:
+        """The updates whose weights are averaged: none where the configured schedule stands (so
+        does its averaging, the last epochs'); else from the forecast's last part. A budget changed
+        on resume drops the weights taken outside its new last part."""
+        if fit.schedule is None:
             points = []
         else:
             points = average_points(updates, per_epoch, self.average_last, self.settings.average_fraction)
+        if self._budget_was is not None:
+            first = min(points, default=updates + 1)
+            stale = [t for t in self.taken if t < first]
+            for t in stale:
+                point_path(self.ckpt_dir, t).unlink(missing_ok=True)
+            self.taken = [t for t in self.taken if t >= first]
+            self._budget_was = None
         self.points = sorted({p for p in points if p > trainer.global_step} | set(self.taken))
-        seconds = self._seconds_per_update(trainer.global_step) or 0.0
+
+    def _say(
+        self,
+        trainer: L.Trainer,
+        updates: int,
+        why: str,
+        fit: Fit,
+        needed: int,
+        lr: RateSettings,
+        current: float,
+    ) -> None:
+        """The fit's one log line, and what results.json records of it."""
+        step = trainer.global_step + 1
+        per_epoch = _updates_per_epoch(trainer)
+        seconds = self._seconds_per_update(trainer.global_step) or self.said.get("seconds_per_update") or 0.0
+        name, warmup, floor = lr.schedule, lr.warmup_steps, lr.min_ratio
         val = (
             f"validation every {self.val_every} epoch(s), {self.val_seconds[-1]:.1f} s each"
             if self.val_seconds
-            else f"validation counted at most {self.settings.max_share:.0%} of the time"
+            else f"validation counted at most {self.settings.validation_share:.0%} of the time"
         )
         if fit.schedule is None:
             schedule = (
-                f"{self.schedule} as configured (warmup {self.warmup_steps}): the budget holds the "
-                f"~{needed.updates_needed:,} updates it needs"
+                f"{name} as configured (warmup {warmup}): the budget holds the ~{needed:,} updates it needs"
             )
         else:
+            first = fit.schedule.segments[0]
             if fit.warmup > step:
                 warm = (
-                    f"warmup {fit.warmup} updates (optimizer.warmup_steps={self.warmup_steps}, at most "
+                    f"warmup {fit.warmup} updates (lr.warmup_steps={warmup}, at most "
                     f"{self.settings.warmup_fraction:.0%} of the forecast), "
                 )
+            elif len(fit.schedule.segments) > 1 and first.end_factor > current:
+                back = f"{first.end_factor:.3g}x by update {first.end:,}"
+                warm = f"from {current:.3g}x the peak back up to {back}, "
             else:
                 warm = f"warmup {fit.warmup} updates (done), "
-            schedule = (
-                f"{warm}then {fit.shape} to {self.min_ratio:g}x the peak at update {fit.schedule.end:,}"
-                + ("" if fit.holds else f" ({self.schedule} needs ~{needed.updates_needed:,})")
+            schedule = f"{warm}then {fit.shape} to {floor:g}x the peak at update {fit.schedule.end:,}" + (
+                "" if fit.holds else f" ({name} needs ~{needed:,})"
             )
         if self.points:
             average = (
@@ -226,7 +240,7 @@ class BudgetFit(Callback):
             "schedule": fit.shape,
             "fitted": fit.schedule is not None,
             "decay_end": None if fit.schedule is None else fit.schedule.end,
-            "floor": self.min_ratio,
+            "floor": floor,
             "averaged_updates": list(self.points),
             "validate_every_epochs": self.val_every,
             "validation_seconds": self.val_seconds[-1] if self.val_seconds else None,
@@ -240,6 +254,14 @@ class BudgetFit(Callback):
         self._start = self.clock()
         if self.val_every > 1 and self.every_n_updates is None:  # a resumed run validates as it did
             trainer.check_val_every_n_epoch = self.val_every
+        speed = self.said.get("seconds_per_update")
+        if self._budget_was is not None and speed:  # another budget: forecast again at once, at the
+            # speed last measured (later validations refit where it drifted), so that no update
+            # trains at the old end's floor
+            step = trainer.global_step
+            updates = self._agreed(trainer, self._forecast(trainer, step, float(speed)))
+            why = f"trainer.max_time changed on resume, {self._budget_was:.0f} s to {self.budget_s:.0f} s"
+            self._fit(trainer, pl_module, updates, why)
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -250,14 +272,18 @@ class BudgetFit(Callback):
         if self._timed is None:  # after the first update: its compiling and warm-up are not timed
             self._timed = (self.clock(), step, self._val_total)
             return
-        if self.forecast_updates is not None:
+        if self.forecast_updates is not None and self._budget_was is None:
             return
         epoch_ends = batch_idx + 1 >= trainer.num_training_batches
         timed = step - self._timed[1]
         if timed == 0 or (timed < self.probe and not epoch_ends):
             return
         updates = self._agreed(trainer, self._forecast(trainer, step, self._seconds_per_update(step)))
-        self._fit(trainer, pl_module, updates, f"{timed} updates timed")
+        if self._budget_was is not None:
+            why = f"trainer.max_time changed on resume, {self._budget_was:.0f} s to {self.budget_s:.0f} s"
+        else:
+            why = f"{timed} updates timed"
+        self._fit(trainer, pl_module, updates, why)
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.sanity_checking and trainer.state.fn == "fit":
@@ -277,7 +303,9 @@ class BudgetFit(Callback):
             return
         if first and self.every_n_updates is None:
             per_epoch = _updates_per_epoch(trainer)
-            self.val_every = validation_interval(seconds, per_update, per_epoch, self.settings.max_share)
+            self.val_every = validation_interval(
+                seconds, per_update, per_epoch, self.settings.validation_share
+            )
         updates = self._agreed(trainer, self._forecast(trainer, step, per_update))
         if first:
             self._fit(trainer, pl_module, updates, "the first validation measured")
@@ -299,33 +327,33 @@ class BudgetFit(Callback):
             self._take(pl_module, step)
 
     def _take(self, pl_module: L.LightningModule, step: int) -> None:
-        for name, tensor in pl_module.model.state_dict().items():
-            value = tensor.detach().to("cpu", torch.float64) if tensor.is_floating_point() else tensor.cpu()
-            if name in self.summed and tensor.is_floating_point():
-                self.summed[name] += value
-            else:
-                self.summed[name] = value.clone()
+        if pl_module.trainer.is_global_zero:
+            write_point(pl_module.model, self.ckpt_dir, step)
         self.taken.append(step)
 
-    def average(self) -> dict[str, torch.Tensor] | None:
-        """The model's weights averaged over the updates taken (``state_dict`` keys of the model),
-        or None for fewer than two."""
-        if len(self.taken) < 2:
+    def average(self) -> tuple[list[Path], list[float]] | None:
+        """The files of the weights taken, and how many updates each stands for (1, but for an old
+        checkpoint's sum), to average (:func:`training.average.average_checkpoints`); None for
+        fewer than two."""
+        paths = [point_path(self.ckpt_dir, step) for step in self.taken]
+        weights = [1.0] * len(paths)
+        if self._legacy is not None:
+            paths, weights = [self._legacy[0], *paths], [self._legacy[1], *weights]
+        if sum(weights) < 2:
             return None
-        n = len(self.taken)
-        return {k: v / n if v.is_floating_point() else v for k, v in self.summed.items()}
+        return paths, weights
 
     # ------------------------------------------------------------------ checkpoints
 
     def state_dict(self) -> dict[str, Any]:
         return {
+            "budget_s": self.budget_s,
             "elapsed": self._elapsed(),
             "forecast_updates": self.forecast_updates,
             "refits": self.refits,
             "val_every": self.val_every,
             "val_seconds": list(self.val_seconds),
             "points": list(self.points),
-            "summed": dict(self.summed),
             "taken": list(self.taken),
             "said": dict(self.said),
         }
@@ -337,9 +365,24 @@ class BudgetFit(Callback):
         self.val_every = int(state_dict["val_every"])
         self.val_seconds = list(state_dict["val_seconds"])
         self.points = list(state_dict["points"])
-        self.summed = dict(state_dict["summed"])
         self.taken = list(state_dict["taken"])
         self.said = dict(state_dict["said"])
+        budget = state_dict.get("budget_s")
+        if budget is not None and float(budget) != self.budget_s:
+            self._budget_was = float(budget)  # forecast again once the first updates are timed
+        summed = state_dict.get("summed")
+        if summed and self.taken:  # a checkpoint from before the weights were files: their sum as one
+            self._legacy = _legacy_sum(summed, self.taken, self.ckpt_dir)
+            self.taken = []
+
+
+def _legacy_sum(summed: dict[str, torch.Tensor], taken: list[int], ckpt_dir: Path) -> tuple[Path, float]:
+    """Writes the mean of an old checkpoint's summed weights as one file, standing for ``taken``."""
+    path = ckpt_dir / f"average-points-{taken[0]:08d}-{taken[-1]:08d}.ckpt"
+    mean = {f"model.{k}": (v / len(taken)).float() if v.is_floating_point() else v for k, v in summed.items()}
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    torch.save({"state_dict": mean, "global_step": taken[-1]}, path)
+    return path, float(len(taken))
 
 
 class BudgetTimer(Timer):
@@ -364,4 +407,4 @@ def _updates_per_epoch(trainer: L.Trainer) -> int:
     return max(1, math.ceil(trainer.num_training_batches / trainer.accumulate_grad_batches))
 
 
-__all__ = ["BudgetFit", "BudgetTimer", "FitSettings", "FittedSchedule", "validation_interval"]
+__all__ = ["BudgetFit", "BudgetTimer", "validation_interval"]

@@ -132,10 +132,10 @@ class TimeBudgetCheck(Callback):
             logger.info(said)
             return
         logger.warning(
-            "%s: too few for this schedule, which warms up over optimizer.warmup_steps=%d updates and "
+            "%s: too few for this schedule, which warms up over lr.warmup_steps=%d updates and "
             "averages the last average_last=%d checkpoints; it needs about %s updates (%dx warmup, %dx "
             "the averaged checkpoints' span). Give trainer.max_time=%s for that on this machine, or lower "
-            "optimizer.warmup_steps and average_last.",
+            "lr.warmup_steps and average_last.",
             said,
             self.warmup_steps,
             self.average_last,

@@ -1,24 +1,24 @@
-"""A learning-rate schedule fitted to the updates a time-limited run will get (``schedule.fit: budget``).
+"""The learning rate fitted to the updates a time-limited run will get (``budget.fit: budget``).
 
 A schedule tuned for a long run wastes a short one: on a slow machine the recipe's 30 minutes end
 barely past its 600-update warmup, with the rate still near its peak and the averaged checkpoints
 taken during warmup. Under a fixed budget, a schedule that decays to its floor exactly where the
 budget ends does better (Li, Yumer & Ramanan, "Budgeted training", ICLR 2020). So once the run has
-measured its speed and forecast its updates ``U`` (``budget_fit.py``), :func:`fit_schedule` sets:
+measured its speed and forecast its updates ``U`` (:mod:`training.budget.fit`), :func:`fit_schedule` sets:
 
-* **the warmup**: at most ``warmup_fraction`` of ``U``, never more than ``optimizer.warmup_steps``
+* **the warmup**: at most ``warmup_fraction`` of ``U``, never more than ``lr.warmup_steps``
   (where the run was fitted past that, still rising, it rises over as many updates more);
-* **the decay**: the configured shape (``linear`` or ``cosine``) reaching ``optimizer.min_lr_ratio``
+* **the decay**: the configured shape (``linear`` or ``cosine``) reaching ``lr.min_ratio``
   at ``U``; ``inverse_sqrt`` stays the paper's where ``U`` holds the schedule (its warmup twice
-  over, and its averaged checkpoints' span twice over: ``budget.forecast``), and decays linearly to
-  the floor at ``U`` where it does not;
-* **the averaged weights**: ``average_last`` snapshots from the last ``average_fraction`` of ``U``:
-  at epoch ends where that many fall in it, else evenly spaced updates (:func:`average_points`).
+  over, and its averaged checkpoints' span twice over: :func:`training.budget.forecast.forecast`),
+  and decays linearly to the floor at ``U`` where it does not.
 
 A :class:`FittedSchedule` is a list of segments from the update where it was fitted, starting at
 the rate the run had there, so that fitting, and fitting again when the measured speed drifts, never
-makes the rate jump. It is plain numbers (``state_dict``), saved in the checkpoint: a resumed run
-keeps it.
+makes the rate jump. A run resumed with another budget (a longer ``trainer.max_time``) is fitted
+again to its new end by :func:`rejoin_schedule`: where it stopped at the floor of its old end, the
+rate rises back, along a line from where it is, to the decay the new end gives, and follows it. It
+is plain numbers (``state_dict``), one part of :class:`training.lr.rate.LearningRate`'s state.
 """
 
 from __future__ import annotations
@@ -62,6 +62,19 @@ class FittedSchedule:
     @property
     def end(self) -> int:
         return self.segments[-1].end
+
+    @property
+    def warmup_end(self) -> int:
+        """The update where its rise to the peak ends (its start where it starts past the peak)."""
+        first = self.segments[0]
+        return first.end if len(self.segments) > 1 and first.end_factor == 1.0 else first.start
+
+    def shifted(self, by: int) -> FittedSchedule:
+        """The same rates ``by`` updates later (a negative ``by``: earlier)."""
+        segments = (
+            Segment(s.start + by, s.end + by, s.start_factor, s.end_factor, s.shape) for s in self.segments
+        )
+        return FittedSchedule(tuple(segments), self.floor)
 
     def factor(self, step: int) -> float:
         for segment in self.segments:
@@ -144,17 +157,43 @@ def fit_schedule(
     return Fit(FittedSchedule(tuple(segments), min_ratio), updates, warmup, shape, holds)
 
 
-def average_points(updates: int, updates_per_epoch: int, average_last: int, fraction: float) -> list[int]:
-    """The updates whose weights are averaged: ``average_last`` of them in the last ``fraction``
-    of ``updates``, the last being ``updates``; at epoch ends where that many fall in the
-    window, else evenly spaced (where epochs are few). Empty for fewer than 2."""
-    if average_last < 2 or updates < 2:
-        return []
-    window = max(1, math.floor(fraction * updates))
-    first = updates - window
-    epoch_ends = [e for e in range(updates_per_epoch, updates + 1, updates_per_epoch) if e > first]
-    if len(epoch_ends) >= average_last:
-        return epoch_ends[-average_last:]
-    count = min(average_last, window + 1)
-    points = sorted({updates - round(i * window / max(count - 1, 1)) for i in range(count)})
-    return [p for p in points if p >= 1]
+def rejoin_schedule(
+    updates: int, step: int, current: float, earlier: FittedSchedule, warmup_fraction: float
+) -> Fit:
+    """The schedule of a run resumed with another budget, from update ``step`` to its new end.
+
+    The decay the new end gives is ``earlier``'s, from the peak at its warmup's end down to its
+    floor at ``updates``. Where the rate is below that decay (a run stopped at its old end's
+    floor, resumed for longer), it rises along a line from where it is to the decay, over at most
+    ``warmup_fraction`` of the updates left and the earlier warmup's length, and follows it; where
+    it is not (a shorter budget), it decays from where it is to the floor at the new end. The rate
+    never jumps and never exceeds the peak.
+
+    Args:
+        updates: the new forecast ``U``.
+        step: the update the fit starts at (the next one).
+        current: the multiplier the run is at.
+        earlier: the schedule the run was fitted to before.
+        warmup_fraction: the rise's most, as a fraction of the updates left.
+
+    Returns:
+        The :class:`Fit`; its schedule starts at (``step``, ``current``).
+    """
+    last = earlier.segments[-1]
+    shape, floor, peak_at = last.shape, earlier.floor, earlier.warmup_end
+    end = max(updates, step + 1)
+    if step < peak_at:  # still rising: a forecast again, as the speed drifting gives
+        segments = (
+            Segment(step, peak_at, current, 1.0),
+            Segment(peak_at, max(end, peak_at + 1), 1.0, floor, shape),
+        )
+        return Fit(FittedSchedule(segments, floor), updates, peak_at, shape, True)
+    decay = Segment(peak_at, end, 1.0, floor, shape)
+    rise = min(max(1, math.floor(warmup_fraction * (end - step))), max(peak_at, 1), end - step - 1)
+    target = decay.factor(step + rise) if rise >= 1 else floor
+    if rise < 1 or current >= target:
+        return Fit(
+            FittedSchedule((Segment(step, end, current, floor, shape),), floor), updates, peak_at, shape, True
+        )
+    segments = (Segment(step, step + rise, current, target), Segment(step + rise, end, target, floor, shape))
+    return Fit(FittedSchedule(segments, floor), updates, peak_at, shape, True)

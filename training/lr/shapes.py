@@ -1,4 +1,6 @@
-"""Learning-rate schedules: multipliers of the peak rate by update, each with a linear warmup.
+"""The shapes of the learning rate: multipliers of the peak rate by update, each with a linear warmup.
+
+``lr.schedule`` names one (conf/train.yaml, ``lr``); :class:`training.lr.rate.LearningRate` reads it.
 
 - ``inverse_sqrt`` (the paper's, section 5.3; the default): rises linearly to 1 at
   ``warmup_steps``, then decays as sqrt(warmup_steps / step); needs no run length.
@@ -8,8 +10,8 @@
   from 1 down to ``min_ratio`` at ``total_steps``.
 - ``constant`` (fine-tuning's usual choice): after warmup, 1.
 - ``plateau`` (fairseq's ``reduce_lr_on_plateau``, OpenNMT-py's and Marian's decay on stalled
-  validation): ``constant``'s factor, which :class:`training.plateau.PlateauDecay` multiplies by
-  ``optimizer.plateau_factor`` each time the selection metric stalls.
+  validation): ``constant``'s factor, which :class:`training.lr.plateau.Plateau` multiplies by
+  ``lr.plateau_factor`` each time the selection metric stalls.
 
 Update ``step`` counts from 1 (the first update takes ``factor(1)``); past ``total_steps`` the
 decaying schedules stay at ``min_ratio``.
@@ -95,13 +97,13 @@ def schedule_factor(
     if name in FLAT:
         return lambda step: constant_factor(step, warmup_steps)
     if name not in NEEDS_TOTAL:
-        raise ValueError(f"optimizer.schedule={name!r} is not one of {', '.join(SCHEDULES)}")
+        raise ValueError(f"lr.schedule={name!r} is not one of {', '.join(SCHEDULES)}")
     if total_steps is None or total_steps <= warmup_steps:
         raise ValueError(
-            f"optimizer.schedule={name} decays to its floor at optimizer.total_steps updates, which must "
-            f"exceed optimizer.warmup_steps={warmup_steps}; got {total_steps}"
+            f"lr.schedule={name} decays to its floor at lr.total_steps updates, which must "
+            f"exceed lr.warmup_steps={warmup_steps}; got {total_steps}"
         )
     if not 0.0 <= min_ratio <= 1.0:
-        raise ValueError(f"optimizer.min_lr_ratio must be within [0, 1], not {min_ratio}")
+        raise ValueError(f"lr.min_ratio must be within [0, 1], not {min_ratio}")
     factor = cosine_factor if name == "cosine" else linear_factor
     return lambda step: factor(step, warmup_steps, total_steps, min_ratio)

@@ -1,34 +1,30 @@
-"""Resuming a run: which checkpoint, whether it loads, what changed since, and the history kept.
+"""Resuming a run (``ckpt_path``): which checkpoint, whether it loads, and what changed since.
 
-- :func:`resume_point`: ``ckpt_path`` (``last``, a file, or a requeued SLURM job's newest) read once;
-  a truncated, empty or foreign file is refused naming it (:class:`CheckpointError`), and
-  ``ckpt_path=last`` names, or with ``resume.take_newest_loadable`` takes, the newest checkpoint
-  beside it that loads. Nothing starts from scratch silently.
+- :func:`find_resumed`: ``ckpt_path`` (``last``, a file, or a requeued SLURM job's newest) read once
+  by the project's reader (:mod:`common.checkpoint_file`); a truncated, empty or foreign file is
+  refused naming it (:class:`CheckpointError`), and ``ckpt_path=last`` names, or with
+  ``resume.take_newest_loadable`` takes, the newest checkpoint beside it that loads. Nothing starts
+  from scratch silently.
 - :func:`check_config`: the run's config against the one the checkpoint was trained with
   (:class:`RunConfig` stores it in every checkpoint): a key that could change the run's result is
   refused, naming it and both values, unless ``resume.allow_changes`` lists it.
-- :func:`metrics_before`: the rows of the resumed run's ``logs/metrics.csv`` logged before the
-  checkpoint, for the new ``metrics.csv`` (:class:`ContinuedCSVLogger`) to start with.
 """
 
 from __future__ import annotations
 
-import csv
 import logging
 import os
 import re
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import lightning as L
-import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.loggers import CSVLogger
-from lightning.pytorch.loggers.logger import rank_zero_experiment
 
-from training.schedule import NEEDS_TOTAL
+from common.checkpoint_file import TRAINING, WEIGHTS, CheckpointError, read_checkpoint
+from training.lr.shapes import NEEDS_TOTAL
+from training.moved_keys import migrate_config
+from training.start.vocabulary import VOCABULARY_KEYS
 
 logger = logging.getLogger(__name__)
 
@@ -74,81 +70,37 @@ SAFE_TO_CHANGE = (
     "data.run_dir",
     "data.spm_threads",
     "data.eval_max_tokens",
+    # The vocabulary is the checkpoint's, compared by its bytes (training/start/vocabulary.py).
+    *(f"data.{key}" for key in VOCABULARY_KEYS),
 )
 
 
 # Safe to change, except where the schedule decays to its floor at the update the Trainer
-# estimates from them (optimizer.schedule cosine or linear, optimizer.total_steps null).
+# estimates from them (lr.schedule cosine or linear, lr.total_steps null).
 RUN_LENGTH = ("trainer.max_steps", "trainer.max_epochs")
 
 
-class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be resumed from (damaged, not a checkpoint, or from another config)."""
-
-
-@dataclass(frozen=True)
-class ResumePoint:
-    """A checkpoint to resume from, read once.
-
-    Attributes:
-        path: the checkpoint file.
-        global_step: the optimizer updates it holds.
-        config: the config its run was trained with (None: a checkpoint from before it was stored).
-        run_dir: the run directory it belongs to (its ``checkpoints/``'s parent, or the run itself
-            for SLURM's ``hpc_ckpt_<n>.ckpt``), None for a file elsewhere.
-    """
-
-    path: Path
-    global_step: int
-    config: dict | None
-    run_dir: Path | None
-
-
-def read_checkpoint(path: Path, training: bool = True) -> dict[str, Any]:
-    """The checkpoint at ``path``, memory-mapped (its tensors are read only when used).
-
-    Args:
-        path: the file.
-        training: require a training state (loops, update count) besides the weights; an
-            averaged checkpoint has none, and is only tested.
-
-    Raises:
-        CheckpointError: ``path`` is truncated, empty, not a checkpoint, or lacks a training state.
-    """
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as err:  # torch raises RuntimeError, EOFError, UnpicklingError, ... by cause
-        size = path.stat().st_size if path.exists() else 0
-        said = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise CheckpointError(
-            f"{path} cannot be loaded ({size} bytes; {type(err).__name__}: {said}): it is truncated, "
-            "empty or not a checkpoint"
-        ) from err
-    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        raise CheckpointError(f"{path} is not a checkpoint of this project (no state_dict)")
-    if training and not {"global_step", "loops"} <= set(checkpoint):
-        raise CheckpointError(f"{path} holds no training state to resume from (no global_step or loops)")
-    return checkpoint
-
-
-def _point(path: Path, checkpoint: dict[str, Any]) -> ResumePoint:
+def run_dir_of(path: Path) -> Path | None:
+    """The run directory a checkpoint belongs to: its ``checkpoints/``'s parent, or the run itself
+    for SLURM's ``hpc_ckpt_<n>.ckpt``; None for a file elsewhere."""
     if path.parent.name == "checkpoints":
-        run_dir: Path | None = path.parent.parent
-    elif path.name.startswith("hpc_ckpt_"):
-        run_dir = path.parent
-    else:
-        run_dir = None
-    return ResumePoint(path, int(checkpoint.get("global_step", 0)), checkpoint.get("run_config"), run_dir)
+        return path.parent.parent
+    if path.name.startswith("hpc_ckpt_"):
+        return path.parent
+    return None
 
 
-def _newest_loadable(ckpt_dir: Path, damaged: Path) -> tuple[Path, dict] | None:
+Found = tuple[Path, dict[str, Any]]
+
+
+def _newest_loadable(ckpt_dir: Path, damaged: Path) -> Found | None:
     """The loadable ``update*``/``epoch*``/``best*`` checkpoint of ``ckpt_dir`` with the most updates."""
     best: tuple[int, Path, dict] | None = None
     for path in sorted(ckpt_dir.glob("*.ckpt")):
-        if path == damaged or path.name.startswith(("last", "averaged")):
+        if path == damaged or path.name.startswith(("last", "averaged", "average-point")):
             continue  # last-v1.ckpt and the like are not ours; an average holds no training state
         try:
-            checkpoint = read_checkpoint(path)
+            checkpoint = read_checkpoint(path, TRAINING)
         except CheckpointError:
             continue
         step = int(checkpoint["global_step"])
@@ -157,7 +109,7 @@ def _newest_loadable(ckpt_dir: Path, damaged: Path) -> tuple[Path, dict] | None:
     return None if best is None else (best[1], best[2])
 
 
-def _requeued_checkpoint(output_dir: Path) -> Path | None:
+def _requeued(output_dir: Path) -> Found | None:
     """In a SLURM job, the newest loadable checkpoint its run directory holds, or None.
 
     A requeued job starts again into the same run directory: it resumes from the run's
@@ -168,40 +120,45 @@ def _requeued_checkpoint(output_dir: Path) -> Path | None:
         return None
     found = [p for p in output_dir.glob("hpc_ckpt_*.ckpt") if _HPC.fullmatch(p.name)]
     found += [p for p in [output_dir / "checkpoints" / "last.ckpt"] if p.is_file()]
-    best: tuple[int, Path] | None = None
+    best: tuple[int, Path, dict] | None = None
     for path in found:
         try:
-            step = int(read_checkpoint(path)["global_step"])
+            checkpoint = read_checkpoint(path, TRAINING)
         except CheckpointError as err:
             logger.warning("requeued job: %s; not resuming from it", err)
             continue
+        step = int(checkpoint["global_step"])
         if best is None or step > best[0]:
-            best = (step, path)
-    return None if best is None else best[1]
+            best = (step, path, checkpoint)
+    return None if best is None else (best[1], best[2])
 
 
 _HPC = re.compile(r"hpc_ckpt_(\d+)\.ckpt")
 
 
-def resume_point(
+def find_resumed(
     ckpt_path: str | None,
     runs_dir: str | Path,
     name: str,
     output_dir: Path,
     take_newest_loadable: bool = False,
     training: bool = True,
-) -> ResumePoint | None:
-    """The checkpoint a run resumes from, read and checked; None to start afresh.
+) -> Found | None:
+    """The checkpoint a run resumes from (or, not training, tests), read once and checked; None
+    to start afresh.
 
     Args:
         ckpt_path: None (in a SLURM job, the newest checkpoint of ``output_dir``, which a requeued
-            job finds there; else none),
-            a checkpoint file, or ``"last"``: the newest ``<runs_dir>/<name>/*/checkpoints/last.ckpt``.
+            job finds there; else none), a checkpoint file, or ``"last"``: the newest
+            ``<runs_dir>/<name>/*/checkpoints/last.ckpt``.
         runs_dir, name: where ``last`` looks.
         output_dir: this run's directory (its own ``last.ckpt`` is not a candidate).
         take_newest_loadable: where ``last.ckpt`` cannot be loaded, resume from the newest loadable
             checkpoint beside it instead of stopping (``resume.take_newest_loadable``).
         training: False where the checkpoint is only tested (``train=false``): weights suffice.
+
+    Returns:
+        The file and what it holds (memory-mapped), or None.
 
     Raises:
         FileNotFoundError: no such file, or nothing for ``last`` to resume from.
@@ -209,13 +166,12 @@ def resume_point(
             one beside it that can, and how to take it).
     """
     if ckpt_path in (None, ""):
-        requeued = _requeued_checkpoint(output_dir)
-        return None if requeued is None else _point(requeued, read_checkpoint(requeued))
+        return _requeued(output_dir)
     if ckpt_path != "last":
         path = Path(ckpt_path)
         if not path.is_file():
             raise FileNotFoundError(f"ckpt_path={ckpt_path}: no such checkpoint file")
-        return _point(path, read_checkpoint(path, training))
+        return path, read_checkpoint(path, TRAINING if training else WEIGHTS)
     candidates = [
         p
         for p in (Path(runs_dir) / name).glob("*/checkpoints/last.ckpt")
@@ -227,7 +183,7 @@ def resume_point(
         )
     path = max(candidates, key=lambda p: p.stat().st_mtime)
     try:
-        return _point(path, read_checkpoint(path))
+        return path, read_checkpoint(path, TRAINING)
     except CheckpointError as err:
         fallback = _newest_loadable(path.parent, path)
         if fallback is None:
@@ -240,7 +196,7 @@ def resume_point(
                 "take it with resume.take_newest_loadable=true"
             ) from err
         logger.warning("%s; resuming from %s (update %d) instead", err, other, checkpoint["global_step"])
-        return _point(other, checkpoint)
+        return other, checkpoint
 
 
 def flatten(config: Any, prefix: str = "") -> dict[str, Any]:
@@ -273,7 +229,8 @@ def check_config(
 
     Args:
         saved: the checkpoint's config (None: a checkpoint from before configs were stored; a
-            warning says that nothing is checked).
+            warning says that nothing is checked); keys that have moved since are read under
+            their new names (:mod:`training.moved_keys`).
         current: this run's config, resolved.
         allow_changes: dotted keys (a group stands for every key under it) that may differ.
         defaults: the project's default config (``conf/train.yaml`` composed without overrides);
@@ -289,15 +246,15 @@ def check_config(
             "the checkpoint stores no config (written before configs were): changes are not checked"
         )
         return []
-    old, new = flatten(saved), flatten(current)
+    old, new = flatten(migrate_config(saved)), flatten(current)  # its keys under today's names
     default = flatten(defaults or {})
     for key in new.keys() - old.keys():
         if key in default and default[key] == new[key]:
             old[key] = new[key]  # added since the checkpoint, at the value that computes as before
     changed = sorted(k for k in old.keys() | new.keys() if old.get(k, _MISSING) != new.get(k, _MISSING))
     safe = SAFE_TO_CHANGE
-    optimizer = current.get("optimizer") or {}
-    if optimizer.get("schedule") in NEEDS_TOTAL and optimizer.get("total_steps") is None:
+    lr = current.get("lr") or {}
+    if lr.get("schedule") in NEEDS_TOTAL and lr.get("total_steps") is None:
         safe = tuple(k for k in safe if k not in RUN_LENGTH)  # they set where the decay ends
     changed = [k for k in changed if not _covered(k, safe)]
     said = {
@@ -323,48 +280,3 @@ class RunConfig(Callback):
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         checkpoint["run_config"] = self.config
-
-
-def metrics_before(run_dir: Path | None, step: int) -> list[dict[str, str]]:
-    """The rows of ``<run_dir>/logs/metrics.csv`` logged before update ``step``'s checkpoint.
-
-    Lightning logs the metrics of update ``s`` (training and its validation) at ``step = s - 1``;
-    rows from ``step`` on were logged after the checkpoint, and the resumed run logs them again.
-    """
-    path = None if run_dir is None else run_dir / "logs" / "metrics.csv"
-    if path is None or not path.is_file():
-        return []
-    with open(path, newline="") as f:
-        return [row for row in csv.DictReader(f) if row.get("step") and int(float(row["step"])) < step]
-
-
-class ContinuedCSVLogger(CSVLogger):
-    """Lightning's CSV logger, its ``metrics.csv`` starting with the rows of the run it resumes.
-
-    Lightning's writer deletes an existing ``metrics.csv`` when it starts; this one writes
-    ``previous`` (from :func:`metrics_before`) first, so the file, and the learning curve drawn
-    from it, holds the whole run.
-    """
-
-    def __init__(self, *args: Any, previous: list[dict[str, str]] | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._previous = previous or []
-
-    @property
-    @rank_zero_experiment
-    def experiment(self) -> Any:
-        if self._experiment is not None:
-            return self._experiment
-        with warnings.catch_warnings():
-            # Lightning's writer warns "Previous log files in this directory will be deleted" when
-            # the directory has files: false here, where the previous rows are written back below.
-            warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")
-            writer = super().experiment
-        if self._previous:
-            keys = sorted(set().union(*self._previous))
-            with open(writer.metrics_file_path, "w", newline="") as f:
-                out = csv.DictWriter(f, fieldnames=keys)
-                out.writeheader()
-                out.writerows(self._previous)
-            writer.metrics_keys = keys
-        return writer
