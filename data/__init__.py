@@ -16,10 +16,10 @@ Modules, one concept each:
 * ``data.tokenizer``: the special ids (``PAD_ID=0, UNK_ID=1, BOS_ID=2, EOS_ID=3``),
   ``SubwordTokenizer``, SentencePiece training cached by content.
 * ``data.tokenized``: ``tokenize_split``, whole splits tokenized into memory-mapped Arrow, cached
-  by content.
+  by content; ``data.tokenized_pairs``: ``TokenizedPairs``, whole batches gathered from it.
 * ``data.batching``: ``token_budget_batches`` (the one token-budget rule, also the translator's
   through ``longest_first_batches``), ``TokenBucketBatchSampler`` (length buckets, ranks,
-  resumable), ``TokenizedPairs`` (whole batches gathered from Arrow) and the collate functions.
+  resumable) and the collate functions.
 * ``data.datamodule``: ``TranslationDataModule``, all of the above behind Lightning.
 
 ``data.lines`` and ``data.atomic`` are also what ``translation`` and ``training`` read input lines

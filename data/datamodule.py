@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from data.arrow_pairs import StreamedColumn
-from data.batching import TokenBucketBatchSampler, TokenizedPairs, collate_columns, padding_fraction
+from data.batching import TokenBucketBatchSampler, collate_columns, padding_fraction
 from data.corpora import (
     TrainingCorpus,
     ValidationSet,
@@ -37,6 +37,7 @@ from data.mixing import CorpusMix, corpus_weights
 from data.prepared import BAD_LINES, PreparedCorpus, drop_long_pairs, prepare_corpus
 from data.sampling import SampledPairs
 from data.tokenized import tokenize_split
+from data.tokenized_pairs import TokenizedPairs
 from data.tokenizer import (
     SpmModelError,
     SubwordTokenizer,

@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # imported in the functions that use them: importing this mod
 logger = logging.getLogger(__name__)
 
 # Encoded blocks of ``batch_size`` rows per record batch of a tokenized cache file: the loader
-# takes a batch's rows record batch by record batch (data.batching.TokenizedPairs), and with
+# takes a batch's rows record batch by record batch (data.tokenized_pairs.TokenizedPairs), and with
 # 36M pairs in 50,000-row record batches a 1,000-row batch touched ~700 of them (BENCHMARKS.md,
 # "Data preparation at WMT scale").
 _BLOCKS_PER_RECORD_BATCH = 10
@@ -56,7 +56,7 @@ def tokenize_split(
         cache_dir: cache root (``<cache_dir>/tokenized/<key>.arrow``); ``None`` keeps it in memory.
         batch_size: rows encoded at a time; the cache file's record batches hold ten times as
             many (few, large record batches keep the loader's gathers few:
-            :class:`data.batching.TokenizedPairs`).
+            :class:`data.tokenized_pairs.TokenizedPairs`).
         content_key: identifies the split's content (e.g. its corpus digest), so that it need
             not be hashed; ``None``: hashed here, one pass over the text.
 
