@@ -13,8 +13,10 @@ Modules, one concept each:
   ``validation`` / ``test`` splits of ``id, src, tgt``.
 * ``data.prepared``: ``prepare_corpus``, a corpus streamed into Arrow once, blank training pairs
   dropped, cached and memory-mapped; ``drop_long_pairs``.
-* ``data.tokenizer``: the special ids (``PAD_ID=0, UNK_ID=1, BOS_ID=2, EOS_ID=3``),
-  ``SubwordTokenizer``, SentencePiece training cached by content.
+* ``data.tokenizer``: the special ids (``PAD_ID=0, UNK_ID=1, BOS_ID=2, EOS_ID=3``) and
+  ``SubwordTokenizer``, which every user encodes with; a run's copies of its models.
+* ``data.spm_training``: one SentencePiece model trained, cached by its training text and settings.
+* ``data.subword_models``: a run's models (``TokenizerSettings``): given by path, or trained.
 * ``data.tokenized``: ``tokenize_split``, whole splits tokenized into memory-mapped Arrow, cached
   by content; ``data.tokenized_pairs``: ``TokenizedPairs``, whole batches gathered from it.
 * ``data.batching``: ``token_budget_batches`` (the one token-budget rule, also the translator's

@@ -36,29 +36,17 @@ from data.length_buckets import LengthBuckets, bucketed_padding, distinct_shapes
 from data.mixing import CorpusMix, corpus_weights
 from data.prepared import BAD_LINES, PreparedCorpus, drop_long_pairs, prepare_corpus
 from data.sampling import SampledPairs
-from data.tokenized import tokenize_split
-from data.tokenized_pairs import TokenizedPairs
-from data.tokenizer import (
-    SpmModelError,
-    SubwordTokenizer,
-    default_cache_dir,
+from data.subword_models import (
+    TokenizerSettings,
+    check_tags_are_pieces,
     given_tokenizers,
-    save_run_tokenizers,
     train_or_load_tokenizers,
 )
+from data.tokenized import tokenize_split
+from data.tokenized_pairs import TokenizedPairs
+from data.tokenizer import SubwordTokenizer, default_cache_dir, save_run_tokenizers
 
 logger = logging.getLogger(__name__)
-
-
-def _check_tags_are_pieces(tokenizer: SubwordTokenizer, tags: list[str], key: str) -> None:
-    """Refuses a given model that would cut a tag into pieces (it was trained without it)."""
-    for tag in tags:
-        pieces = tokenizer.id_to_piece(tokenizer.encode([tag])[0])  # unknown characters: <unk>
-        if [piece for piece in pieces if piece != "\u2581"] != [tag]:  # a word boundary may stand before it
-            raise SpmModelError(
-                f"data.{key}: the tag {tag} is not one piece of this model (it becomes {pieces}), so the"
-                " model cannot tell it from text: use a model trained with it reserved, or drop the tag"
-            )
 
 
 def _column(dataset: datasets.Dataset, name: str) -> np.ndarray:
@@ -206,17 +194,17 @@ class TranslationDataModule(L.LightningDataModule):
             "test_split": test_split,
         }
         self.fallback_hub_id = fallback_hub_id
-        self.joint_vocab = joint_vocab
-        self.vocab_size = vocab_size
-        self.spm_model_type = spm_model_type
-        self.character_coverage = character_coverage
-        self.spm_input_sentence_size = spm_input_sentence_size
-        self.spm_threads = spm_threads
-        self.spm_models = {
-            "spm_model": spm_model,
-            "src_spm_model": src_spm_model,
-            "tgt_spm_model": tgt_spm_model,
-        }
+        self.tokenizer_settings = TokenizerSettings(
+            joint_vocab,
+            vocab_size,
+            spm_model_type,
+            character_coverage,
+            spm_input_sentence_size,
+            spm_threads,
+            spm_model,
+            src_spm_model,
+            tgt_spm_model,
+        )
         self.max_len = max_len
         self.spm_sampling_alpha, self.spm_sampling_nbest = spm_sampling_alpha, spm_sampling_nbest
         self.max_tokens = max_tokens
@@ -274,34 +262,29 @@ class TranslationDataModule(L.LightningDataModule):
         if self.tokenized is not None:
             return
         # Given models are read first: a wrong path stops the run before the corpus is read.
-        given = given_tokenizers(**self.spm_models, joint=self.joint_vocab, num_threads=self.spm_threads)
+        given = given_tokenizers(self.tokenizer_settings)
         seconds = {}
         corpus, digests, sizes = self._read_corpora(seconds)
         tick = time.perf_counter()
         if given is not None:
             src_tok, tgt_tok = given
-            said = [f"{key}={path}" for key, path in self.spm_models.items() if path]
+            said = self.tokenizer_settings.given_keys()
             logger.info(
                 "SentencePiece: using data.%s (%s pieces), not training one (data.vocab_size and the "
                 "other training settings are unused)",
                 " and data.".join(said),
                 " and ".join(str(t.vocab_size) for t in dict.fromkeys((src_tok, tgt_tok))),
             )
-            _check_tags_are_pieces(src_tok, self.reserved, " and data.".join(said))
+            check_tags_are_pieces(src_tok, self.reserved, " and data.".join(said))
             if self.run_dir is not None:
                 save_run_tokenizers(src_tok, tgt_tok, self.run_dir)
         else:
             src_tok, tgt_tok = train_or_load_tokenizers(
                 StreamedColumn(corpus["train"], "src"),  # only a sample is kept, the rest streamed past
                 StreamedColumn(corpus["train"], "tgt"),
+                self.tokenizer_settings,
                 cache_dir=self.cache_dir,
                 run_dir=self.run_dir,
-                joint=self.joint_vocab,
-                vocab_size=self.vocab_size,
-                model_type=self.spm_model_type,
-                character_coverage=self.character_coverage,
-                input_sentence_size=self.spm_input_sentence_size,
-                num_threads=self.spm_threads,
                 content_key=digests["train"],
                 reserved=self.reserved,
             )

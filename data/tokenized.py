@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from data.atomic import atomic_write
-from data.tokenizer import _CACHE_VERSION, EOS_ID, SubwordTokenizer, _hash_texts
+from data.spm_training import CACHE_VERSION, hash_texts
+from data.tokenizer import EOS_ID, SubwordTokenizer
 
 if TYPE_CHECKING:  # imported in the functions that use them: importing this module stays cheap
     import datasets
@@ -72,14 +73,14 @@ def tokenize_split(
     from data.arrow_pairs import iter_record_batches
     from data.cache import exclusive, remove_temporaries
 
-    h = hashlib.sha256(f"{_CACHE_VERSION}|{src_tokenizer.fingerprint}|{tgt_tokenizer.fingerprint}".encode())
+    h = hashlib.sha256(f"{CACHE_VERSION}|{src_tokenizer.fingerprint}|{tgt_tokenizer.fingerprint}".encode())
     if content_key is not None:
         h.update(content_key.encode())
     else:
         for batch in dataset.iter(batch_size=10_000):
             h.update(json.dumps(batch["id"]).encode())
-            _hash_texts(h, batch["src"])
-            _hash_texts(h, batch["tgt"])
+            hash_texts(h, batch["src"])
+            hash_texts(h, batch["tgt"])
     key = h.hexdigest()[:32]
     schema = _TOKENIZED_FEATURES().arrow_schema
 
