@@ -70,9 +70,31 @@ def tokenize_split(
     import pyarrow as pa
     from datasets.table import InMemoryTable
 
-    from data.arrow_pairs import iter_record_batches
     from data.cache import exclusive, remove_temporaries
 
+    key = _content_key(dataset, src_tokenizer, tgt_tokenizer, content_key)
+    encoded = _encoded(dataset, src_tokenizer, tgt_tokenizer, batch_size)
+    if cache_dir is None:
+        table = pa.Table.from_batches(list(encoded), schema=_TOKENIZED_FEATURES().arrow_schema)
+        return datasets.Dataset(InMemoryTable(table))
+    path = Path(cache_dir) / "tokenized" / f"{key}.arrow"
+    if not path.is_file():
+        with exclusive(path):
+            if not path.is_file():
+                remove_temporaries(path)
+                logger.info("tokenizing %d pairs into %s", len(dataset), path)
+                _write(encoded, path)
+    return datasets.Dataset.from_file(str(path))
+
+
+def _content_key(
+    dataset: datasets.Dataset,
+    src_tokenizer: SubwordTokenizer,
+    tgt_tokenizer: SubwordTokenizer,
+    content_key: str | None,
+) -> str:
+    """The cache file's name: a hash of both models and the split's content (``content_key``, or
+    the ``id``, ``src`` and ``tgt`` columns hashed here)."""
     h = hashlib.sha256(f"{CACHE_VERSION}|{src_tokenizer.fingerprint}|{tgt_tokenizer.fingerprint}".encode())
     if content_key is not None:
         h.update(content_key.encode())
@@ -81,41 +103,46 @@ def tokenize_split(
             h.update(json.dumps(batch["id"]).encode())
             hash_texts(h, batch["src"])
             hash_texts(h, batch["tgt"])
-    key = h.hexdigest()[:32]
+    return h.hexdigest()[:32]
+
+
+def _encoded(
+    dataset: datasets.Dataset,
+    src_tokenizer: SubwordTokenizer,
+    tgt_tokenizer: SubwordTokenizer,
+    batch_size: int,
+) -> Iterator[pa.RecordBatch]:
+    """The split's rows encoded ``batch_size`` at a time: ``id``, ``src_ids``, ``tgt_ids``, lengths."""
+    import pyarrow as pa
+
+    from data.arrow_pairs import iter_record_batches
+
     schema = _TOKENIZED_FEATURES().arrow_schema
+    blocks = (
+        rb.slice(i, batch_size) for rb in iter_record_batches(dataset) for i in range(0, len(rb), batch_size)
+    )
+    for batch in blocks:
+        src = _id_lists(src_tokenizer.encode(batch.column("src").to_pylist()), append=EOS_ID)
+        tgt = _id_lists(tgt_tokenizer.encode(batch.column("tgt").to_pylist()))
+        columns = [batch.column("id"), src, tgt]
+        lengths = [src.value_lengths(), pa.array(tgt.value_lengths().to_numpy() + 1, type=pa.int32())]
+        yield pa.RecordBatch.from_arrays(columns + lengths, schema=schema)
 
-    def encoded() -> Iterator[pa.RecordBatch]:
-        blocks = (
-            rb.slice(i, batch_size)
-            for rb in iter_record_batches(dataset)
-            for i in range(0, len(rb), batch_size)
-        )
-        for batch in blocks:
-            src = _id_lists(src_tokenizer.encode(batch.column("src").to_pylist()), append=EOS_ID)
-            tgt = _id_lists(tgt_tokenizer.encode(batch.column("tgt").to_pylist()))
-            columns = [batch.column("id"), src, tgt]
-            lengths = [src.value_lengths(), pa.array(tgt.value_lengths().to_numpy() + 1, type=pa.int32())]
-            yield pa.RecordBatch.from_arrays(columns + lengths, schema=schema)
 
-    if cache_dir is None:
-        table = pa.Table.from_batches(list(encoded()), schema=schema)
-        return datasets.Dataset(InMemoryTable(table))
-    path = Path(cache_dir) / "tokenized" / f"{key}.arrow"
-    if not path.is_file():
-        with exclusive(path):
-            if not path.is_file():
-                remove_temporaries(path)
-                logger.info("tokenizing %d pairs into %s", len(dataset), path)
-                with atomic_write(path) as f, pa.ipc.new_stream(f, schema) as writer:
-                    pending: list[pa.RecordBatch] = []
-                    for i, record_batch in enumerate(encoded(), start=1):
-                        pending.append(record_batch)
-                        if i % _BLOCKS_PER_RECORD_BATCH == 0:
-                            writer.write_table(pa.Table.from_batches(pending).combine_chunks())
-                            pending = []
-                    if pending:
-                        writer.write_table(pa.Table.from_batches(pending).combine_chunks())
-    return datasets.Dataset.from_file(str(path))
+def _write(encoded: Iterator[pa.RecordBatch], path: Path) -> None:
+    """Writes the encoded blocks to ``path`` whole or not at all, :data:`_BLOCKS_PER_RECORD_BATCH`
+    blocks to a record batch."""
+    import pyarrow as pa
+
+    with atomic_write(path) as f, pa.ipc.new_stream(f, _TOKENIZED_FEATURES().arrow_schema) as writer:
+        pending: list[pa.RecordBatch] = []
+        for i, record_batch in enumerate(encoded, start=1):
+            pending.append(record_batch)
+            if i % _BLOCKS_PER_RECORD_BATCH == 0:
+                writer.write_table(pa.Table.from_batches(pending).combine_chunks())
+                pending = []
+        if pending:
+            writer.write_table(pa.Table.from_batches(pending).combine_chunks())
 
 
 def _TOKENIZED_FEATURES() -> datasets.Features:  # noqa: N802 (a constant, built lazily)
