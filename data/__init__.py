@@ -8,11 +8,15 @@ Modules, one concept each:
   caches).
 * ``data.cache``: cache entries complete or absent, prepared by one process at a time.
 * ``data.arrow_pairs``: sentence pairs streamed into Arrow block by block, blank pairs dropped.
-* ``data.corpus``: where a parallel corpus comes from (hub id or local ``{split}.{lang}[.gz]``
-  files: which one is read, their errors) and how it is read, block by block, as ``train`` /
-  ``validation`` / ``test`` splits of ``id, src, tgt``.
+* ``data.corpus``: where a parallel corpus is (``CorpusLocation``: languages, hub id or local
+  ``{split}.{lang}[.gz]`` files, split names), which source is read, its errors, and local files
+  read block by block as ``train`` / ``validation`` / ``test`` splits of ``id, src, tgt``.
+* ``data.hub``: a hub dataset's splits read as pairs, block by block.
 * ``data.prepared``: ``prepare_corpus``, a corpus streamed into Arrow once, blank training pairs
   dropped, cached and memory-mapped; ``drop_long_pairs``.
+* ``data.corpora``: the corpora of a run (``RunCorpora``): the main corpus, the training corpora
+  mixed by weight, the validation sets, the tags on their sources.
+* ``data.filters``, ``data.mixing``: the training pairs dropped where read; the corpora's weights.
 * ``data.tokenizer``: the special ids (``PAD_ID=0, UNK_ID=1, BOS_ID=2, EOS_ID=3``) and
   ``SubwordTokenizer``, which every user encodes with; a run's copies of its models.
 * ``data.spm_training``: one SentencePiece model trained, cached by its training text and settings.

@@ -21,20 +21,12 @@ from torch.utils.data import DataLoader
 
 from data.arrow_pairs import StreamedColumn
 from data.batching import TokenBucketBatchSampler, collate_columns, padding_fraction
-from data.corpora import (
-    TrainingCorpus,
-    ValidationSet,
-    parse_corpora,
-    parse_valid_sets,
-    reserved_tags,
-    target_tag,
-    valid_split_key,
-)
-from data.corpus import MULTI30K_HUB_ID, SPLITS
+from data.corpora import RunCorpora
+from data.corpus import MULTI30K_HUB_ID, SPLITS, CorpusLocation
 from data.filters import PairFilters
 from data.length_buckets import LengthBuckets, bucketed_padding, distinct_shapes
 from data.mixing import CorpusMix, corpus_weights
-from data.prepared import BAD_LINES, PreparedCorpus, drop_long_pairs, prepare_corpus
+from data.prepared import BAD_LINES, drop_long_pairs, prepare_corpus
 from data.sampling import SampledPairs
 from data.subword_models import (
     TokenizerSettings,
@@ -186,14 +178,6 @@ class TranslationDataModule(L.LightningDataModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.src_lang, self.tgt_lang = src_lang, tgt_lang
-        self.data_dir, self.hub_id, self.hub_config = data_dir, hub_id, hub_config
-        self.split_names = {
-            "train_split": train_split,
-            "valid_split": valid_split,
-            "test_split": test_split,
-        }
-        self.fallback_hub_id = fallback_hub_id
         self.tokenizer_settings = TokenizerSettings(
             joint_vocab,
             vocab_size,
@@ -220,25 +204,18 @@ class TranslationDataModule(L.LightningDataModule):
         self.bad_lines = bad_lines
         self.filters = PairFilters.from_dict(filters)  # refused at once, naming the key
         self.filtered: dict[str, dict[str, int]] = {}  # per training corpus: pairs dropped by reason
-        self.target_lang_tags = target_lang_tags
-        self.listed = bool(corpora)  # an explicit list of training corpora
-        self.corpora = parse_corpora(corpora, src_lang, tgt_lang, data_dir, hub_id, hub_config, train_split)
-        self.corpora_temperature = corpora_temperature
-        if corpora_temperature is not None:
-            if not corpora_temperature >= 1:
-                raise ValueError(
-                    f"data.corpora_temperature must be null or at least 1, not {corpora_temperature}"
-                )
-            weighted = [i for i, c in enumerate(self.corpora) if c.weight != 1]
-            if weighted:
-                raise ValueError(
-                    f"data.corpora[{weighted[0]}].weight is set and so is data.corpora_temperature, "
-                    "which chooses the weights: give one of them"
-                )
-        self.valid_sets = parse_valid_sets(
-            valid_sets, src_lang, tgt_lang, data_dir, hub_id, hub_config, valid_split
+        location = CorpusLocation(
+            src_lang,
+            tgt_lang,
+            data_dir,
+            hub_id,
+            hub_config,
+            train_split,
+            valid_split,
+            test_split,
+            fallback_hub_id,
         )
-        self.reserved = reserved_tags([*self.corpora, *self.valid_sets], target_lang_tags, tgt_lang)
+        self.corpora = RunCorpora.parse(location, corpora, corpora_temperature, valid_sets, target_lang_tags)
         self.corpus_summary: list[dict] = []  # per training corpus: pairs, weight, per epoch, tag
         self._mix: CorpusMix | None = None
 
@@ -338,50 +315,32 @@ class TranslationDataModule(L.LightningDataModule):
         """The splits (train: every training corpus's pairs, in ``self.corpora`` order; each of
         :attr:`validation_splits`; test), their content digests, and each training corpus's number
         of pairs."""
-        main_prefix = target_tag(self.tgt_lang) + " " if self.target_lang_tags else ""
-        common = {
-            "fallback_hub_id": self.fallback_hub_id,
-            "cache_dir": self.cache_dir,
-            "bad_lines": self.bad_lines,
-            "filters": self.filters,
-        }
+        corpora, tags = self.corpora, self.corpora.target_lang_tags
+        read = functools.partial(
+            prepare_corpus, cache_dir=self.cache_dir, bad_lines=self.bad_lines, filters=self.filters
+        )
         # The main corpus gives what no list replaces: its training split unless data.corpora lists
         # the training corpora, its validation split unless data.valid_sets lists the validation
         # sets (it need not exist then), and always the test split.
         main_splits = [
             split
-            for split, replaced in zip(SPLITS, (self.listed, bool(self.valid_sets), False), strict=True)
+            for split, replaced in zip(SPLITS, (self.listed, bool(corpora.valid_sets), False), strict=True)
             if not replaced
         ]
-        main = prepare_corpus(
-            self.src_lang,
-            self.tgt_lang,
-            data_dir=self.data_dir,
-            hub_id=self.hub_id,
-            hub_config=self.hub_config,
-            which_splits=main_splits,
-            src_prefix=main_prefix,
-            **common,
-            **self.split_names,
-        )
-
-        def one_split(entry: TrainingCorpus | ValidationSet, split: str) -> PreparedCorpus:
-            """The one split of a ``data.corpora`` or ``data.valid_sets`` entry, its tags on."""
-            return prepare_corpus(
-                entry.src_lang,
-                entry.tgt_lang,
-                data_dir=entry.data_dir,
-                hub_id=entry.hub_id,
-                hub_config=entry.hub_config,
-                which_splits=(split,),
-                src_prefix=entry.source_prefix(self.target_lang_tags),
-                **{"train_split" if split == "train" else "valid_split": entry.split},
-                **common,
-            )
-
-        parts = [one_split(c, "train") for c in self.corpora] if self.listed else [main]
-        self.filtered = {c.name: p.filtered for c, p in zip(self.corpora, parts, strict=True) if p.filtered}
-        valid = [one_split(v, "validation") for v in self.valid_sets]
+        main = read(corpora.main, which_splits=main_splits, src_prefix=corpora.main_prefix)
+        parts = [main]
+        if self.listed:
+            parts = [
+                read(c.location, which_splits=("train",), src_prefix=c.source_prefix(tags))
+                for c in corpora.training
+            ]
+        valid = [
+            read(v.location, which_splits=("validation",), src_prefix=v.source_prefix(tags))
+            for v in corpora.valid_sets
+        ]
+        self.filtered = {
+            c.name: p.filtered for c, p in zip(corpora.training, parts, strict=True) if p.filtered
+        }
         for part in {id(p): p for p in [main, *parts, *valid]}.values():
             for stage, value in part.seconds.items():
                 seconds[stage] = seconds.get(stage, 0.0) + value
@@ -389,10 +348,10 @@ class TranslationDataModule(L.LightningDataModule):
         if self.listed:
             splits["train"] = datasets.concatenate_datasets([p.splits["train"] for p in parts])
             joined = "|".join(
-                f"{c.name}:{p.digests['train']}" for c, p in zip(self.corpora, parts, strict=True)
+                f"{c.name}:{p.digests['train']}" for c, p in zip(corpora.training, parts, strict=True)
             )
             digests["train"] = hashlib.sha256(joined.encode()).hexdigest()
-        for v, prepared in zip(self.valid_sets, valid, strict=True):
+        for v, prepared in zip(corpora.valid_sets, valid, strict=True):
             splits[v.split_key] = prepared.splits["validation"]
             digests[v.split_key] = prepared.digests["validation"]
         return datasets.DatasetDict(splits), digests, [len(p.splits["train"]) for p in parts]
@@ -405,16 +364,17 @@ class TranslationDataModule(L.LightningDataModule):
             src_len: ``[N]`` source widths.
             tgt_len: ``[N]`` target widths.
         """
-        pairs = np.bincount(corpus_of, minlength=len(self.corpora))
-        weights = [c.weight for c in self.corpora]
-        if self.corpora_temperature is not None:  # shares proportional to pairs ** (1 / T)
-            weights = corpus_weights(pairs.tolist(), self.corpora_temperature)
+        training = self.corpora.training
+        pairs = np.bincount(corpus_of, minlength=len(training))
+        weights = [c.weight for c in training]
+        if self.corpora.temperature is not None:  # shares proportional to pairs ** (1 / T)
+            weights = corpus_weights(pairs.tolist(), self.corpora.temperature)
         keys = TokenBucketBatchSampler.length_keys(src_len, tgt_len)
         self._mix = None if all(w == 1 for w in weights) else CorpusMix(corpus_of, weights, keys)
         per_epoch = pairs if self._mix is None else self._mix.per_corpus
         self.corpus_summary = [
             {"name": c.name, "pairs": int(n), "weight": round(w, 6), "per_epoch": int(e), "tag": c.tag}
-            for c, n, w, e in zip(self.corpora, pairs, weights, per_epoch, strict=True)
+            for c, n, w, e in zip(training, pairs, weights, per_epoch, strict=True)
         ]
         if self.listed:
             logger.info(
@@ -470,31 +430,35 @@ class TranslationDataModule(L.LightningDataModule):
     # --------------------------------------------------------------- accessors
 
     @property
+    def listed(self) -> bool:
+        """Whether ``data.corpora`` lists the training corpora."""
+        return self.corpora.listed
+
+    @property
+    def reserved(self) -> list[str]:
+        """Every tag the sources can carry, kept one SentencePiece piece."""
+        return self.corpora.reserved
+
+    @property
     def validation_splits(self) -> list[str]:
         """The split keys validated, in the order of :meth:`val_dataloader`'s loaders:
         ``["validation/<name>", ...]`` for ``valid_sets``, else ``["validation"]``."""
-        return [v.split_key for v in self.valid_sets] or [valid_split_key(None)]
+        return self.corpora.validation_splits
 
     def split_target_lang(self, split: str) -> str:
         """The target language of a split's references (a validation set's own, else ``tgt_lang``):
         what chooses BLEU's tokenizer (``common.metrics``)."""
-        for v in self.valid_sets:
-            if v.split_key == split and v.tgt_lang:
-                return v.tgt_lang
-        return self.tgt_lang
+        return self.corpora.split_target_lang(split)
 
     @property
     def valid_set_names(self) -> list[str]:
         """The names of ``valid_sets`` in loader order; [] where the main validation split alone is."""
-        return [v.name for v in self.valid_sets]
+        return [v.name for v in self.corpora.valid_sets]
 
     @property
     def target_tags(self) -> dict[str, str]:
         """With ``target_lang_tags``: each target language's source tag (``{"fr": "<2fr>"}``), else {}."""
-        if not self.target_lang_tags:
-            return {}
-        langs = [c.tgt_lang for c in [*self.corpora, *self.valid_sets]] + [self.tgt_lang]
-        return {lang: target_tag(lang) for lang in sorted(set(langs))}
+        return self.corpora.target_tags
 
     @property
     def src_vocab_size(self) -> int:
@@ -603,7 +567,7 @@ class TranslationDataModule(L.LightningDataModule):
         for the main validation split, or a list of one per validation set, in
         :attr:`validation_splits` order (Lightning's ``dataloader_idx``)."""
         loaders = [self._loader(s, self.batch_sampler(s, *self._world())) for s in self.validation_splits]
-        return loaders if self.valid_sets else loaders[0]
+        return loaders if self.corpora.valid_sets else loaders[0]
 
     def test_dataloader(self) -> DataLoader:
         """Test batches in a fixed order (sorted by length), split across ranks."""

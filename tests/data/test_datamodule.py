@@ -323,6 +323,7 @@ def test_hub_translation_column_streams_through_the_same_preparation(
 
     from data import arrow_pairs
     from data import corpus as corpus_mod
+    from data import hub as hub_mod
     from data import prepared as prepared_mod
     from tests.toy_text import make_pairs
 
@@ -343,7 +344,7 @@ def test_hub_translation_column_streams_through_the_same_preparation(
         return real_load_dataset("parquet", data_files=files, cache_dir=str(tmp_path / "hf"))
 
     monkeypatch.setattr(corpus_mod.datasets, "load_dataset", load_dataset)
-    monkeypatch.setattr(corpus_mod, "_HUB_BLOCK_ROWS", 700)  # several blocks, as for millions of rows
+    monkeypatch.setattr(hub_mod, "_HUB_BLOCK_ROWS", 700)  # several blocks, as for millions of rows
     args = {
         "hub_id": "someone/wmt-like",
         "hub_config": "de-en",
