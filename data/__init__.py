@@ -23,10 +23,13 @@ Modules, one concept each:
 * ``data.subword_models``: a run's models (``TokenizerSettings``): given by path, or trained.
 * ``data.tokenized``: ``tokenize_split``, whole splits tokenized into memory-mapped Arrow, cached
   by content; ``data.tokenized_pairs``: ``TokenizedPairs``, whole batches gathered from it.
+* ``data.sampling``: subword regularisation, training batches segmented afresh.
 * ``data.batching``: ``token_budget_batches`` (the one token-budget rule, also the translator's
   through ``longest_first_batches``), ``TokenBucketBatchSampler`` (length buckets, ranks,
-  resumable) and the collate functions.
-* ``data.datamodule``: ``TranslationDataModule``, all of the above behind Lightning.
+  resumable) and the collate functions; ``data.length_buckets``: batches of a few shapes.
+* ``data.settings``: the ``data:`` config keys read into those values (``DataSettings``).
+* ``data.loading``: ``load_data``, the set-up's steps: read, subwords, tokenize, cut, mix.
+* ``data.datamodule``: ``TranslationDataModule``, all of the above behind Lightning, serving batches.
 
 ``data.lines`` and ``data.atomic`` are also what ``translation`` and ``training`` read input lines
 and write checkpoints with. Nothing is imported here, so ``import data.tokenizer`` does not pull in Lightning.
