@@ -94,8 +94,9 @@ from bench.train_speed import (  # noqa: E402
     forward_flops,
     losses_of,
 )
-from data.batching import PairColumns, TokenBucketBatchSampler, collate_columns  # noqa: E402
+from data.batching import TokenBucketBatchSampler, collate_columns  # noqa: E402
 from data.length_buckets import LengthBuckets  # noqa: E402
+from data.tokenized_pairs import PairColumns  # noqa: E402
 from fastpaths.hardware import bf16_capability  # noqa: E402
 from fastpaths.optimize import optimize  # noqa: E402
 from training.module import FUSED_ADAM_DEVICES  # noqa: E402

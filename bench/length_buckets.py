@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -56,21 +57,24 @@ def main() -> None:
     dm.setup("validate")  # the tokenized splits; the padding is computed here
     src, tgt = dm.lengths["train"]
     rows, results = [], []
+    given = dm.settings  # the samplers read dm.settings.batches: its max_tokens and length_buckets
     for max_tokens in args.max_tokens:
-        dm.max_tokens = max_tokens
+        dm.settings = replace(given, batches=replace(given.batches, max_tokens=max_tokens))
         plain = dm.batch_sampler("train", buckets=False).global_batches()
         plain_padding = dm.train_padding_fraction()
         rows.append([max_tokens, "none", plain_padding, 0.0, distinct_shapes(plain, src, tgt), len(plain)])
         for name, lengths in lists.items():
-            dm.length_buckets = LengthBuckets.parse(lengths)
+            buckets = LengthBuckets.parse(lengths)
+            dm.settings = replace(
+                given, batches=replace(given.batches, max_tokens=max_tokens, length_buckets=buckets)
+            )
             batches = dm.batch_sampler("train").global_batches()
-            padding, fillers, shapes = bucketed_padding(batches, src, tgt, dm.length_buckets, max_tokens)
+            padding, fillers, shapes = bucketed_padding(batches, src, tgt, buckets, max_tokens)
             rows.append([max_tokens, name, padding, fillers, shapes, len(batches)])
             results.append(
                 {"max_tokens": max_tokens, "buckets": lengths, "padding": padding, "filler_rows": fillers,
                  "shapes": shapes, "batches": len(batches), "padding_without": plain_padding}
             )  # fmt: skip
-        dm.length_buckets = None
     for name, lengths in lists.items():
         print(f"{name}: {lengths}")
     print_table(["max_tokens", "buckets", "padding", "filler rows", "shapes", "batches"], rows)

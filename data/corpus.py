@@ -8,7 +8,9 @@ Two sources give the same result, each split with columns ``id`` (int), ``src`` 
   the usual Multi30k upload) or with a ``translation`` dict column (WMT, IWSLT uploads);
 * a local directory laid out ``{split}.{lang}`` or ``{split}.{lang}.gz`` (Multi30k, fairseq).
 
-Which one is read (:func:`resolve_corpus_source`): an explicit ``hub_id``; else the first local
+Where a corpus is, which languages are read from it and what its splits are called there is one
+value, :class:`CorpusLocation` (the ``data:`` keys ``src_lang`` ... ``fallback_hub_id``). Which
+source it is read from (:meth:`CorpusLocation.resolve`): an explicit ``hub_id``; else the first local
 directory of an explicit ``data_dir``, ``$MULTI30K_DIR``, ``<project root>/../shared/data/multi30k``;
 else, where none of these is given or exists, the fallback hub dataset (``bentrevett/multi30k``, the
 same Multi30k splits under the hub's names train / validation / test), downloaded once and cached
@@ -24,7 +26,7 @@ split on ``b"\\n"`` only, so ``\\r``, U+2028, ``\\x85``, ... stay inside their l
 target stay aligned; ``\\r\\n`` read as a line end, with a warning naming the file; a byte order
 mark removed; invalid UTF-8 or a NUL byte an error naming the file and line, or, with
 ``bad_lines="skip"``, a training pair dropped, counted and logged by file and line
-(:class:`SkippedLines`).
+(:class:`SkippedLines`). Hub splits are read by :mod:`data.hub`.
 
 Preparing a corpus for training (streamed into a cache entry, blank training pairs dropped) is
 :mod:`data.prepared`.
@@ -34,14 +36,12 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
 import numpy as np
-from datasets.exceptions import DatasetNotFoundError
-from huggingface_hub.errors import LocalEntryNotFoundError
 
 from data.lines import BadLineError, CorruptFileError, OnBadLine, UndecodableLineError, iter_line_blocks
 
@@ -59,9 +59,6 @@ MULTI30K_HUB_ID = "bentrevett/multi30k"
 HUB_SPLITS: tuple[str, str, str] = ("train", "validation", "test")
 # Skipped lines logged one by one, per file; the rest are counted.
 _LOGGED_SKIPS = 10
-# What the hub raises when it cannot be reached and the dataset is not in the cache (offline,
-# HF_HUB_OFFLINE=1, a timeout), or when the dataset does not exist there.
-_HUB_UNREADABLE = (ConnectionError, TimeoutError, LocalEntryNotFoundError, DatasetNotFoundError)
 
 
 class CorpusError(ValueError):
@@ -85,8 +82,76 @@ def shared_data_dir() -> Path:
 
 
 @dataclass(frozen=True)
+class CorpusLocation:
+    """Where a parallel corpus is, the languages read from it, and what its splits are called there.
+
+    The ``data:`` keys of the main corpus (conf/data/multi30k.yaml) and, resolved against them,
+    of each ``data.corpora`` and ``data.valid_sets`` entry (:mod:`data.corpora`): what
+    :func:`data.prepared.prepare_corpus` reads and what its cache entry is keyed on.
+
+    Attributes:
+        src_lang: source language: the file suffix (``{split}.de.gz``) or the hub column.
+        tgt_lang: target language.
+        data_dir: local directory of ``{split}.{lang}[.gz]`` files; ``None``: ``$MULTI30K_DIR``,
+            else ``<project root>/../shared/data/multi30k`` where it exists, else ``fallback_hub_id``.
+        hub_id: hub dataset id; takes precedence over ``data_dir`` when set.
+        hub_config: hub dataset configuration, e.g. ``"de-en"``.
+        train_split: the source's name of the split read as ``train`` (local files, or ``hub_id``).
+        valid_split: the source's name of the split read as ``validation`` (``"val"`` in Multi30k).
+        test_split: the source's name of the split read as ``test`` (``"test_2016_flickr"``).
+        fallback_hub_id: hub dataset read, with the hub's split names :data:`HUB_SPLITS`, where no
+            local directory is given or found; ``None``: no fallback (a missing directory is an error).
+
+    Raises:
+        ValueError: a language or split name that is empty, naming its ``data.`` key.
+    """
+
+    src_lang: str = "de"
+    tgt_lang: str = "en"
+    data_dir: str | None = None
+    hub_id: str | None = None
+    hub_config: str | None = None
+    train_split: str = "train"
+    valid_split: str = "val"
+    test_split: str = "test_2016_flickr"
+    fallback_hub_id: str | None = MULTI30K_HUB_ID
+
+    def __post_init__(self) -> None:
+        for key in ("src_lang", "tgt_lang", "train_split", "valid_split", "test_split"):
+            if not getattr(self, key):
+                raise ValueError(f"data.{key} must name a language or split, not {getattr(self, key)!r}")
+
+    @property
+    def split_names(self) -> tuple[str, str, str]:
+        """The source's names of the splits read as train, validation and test."""
+        return (self.train_split, self.valid_split, self.test_split)
+
+    def resolve(self) -> CorpusSource:
+        """The source read: ``hub_id`` > ``data_dir`` > ``$MULTI30K_DIR`` > ../shared > fallback hub.
+
+        An explicit ``hub_id``, ``data_dir`` or ``$MULTI30K_DIR`` is used even if it turns out not
+        to exist (reading it then fails with a message naming it): a typo must not silently turn
+        into a download. The shared directory is used only where it exists; otherwise
+        ``fallback_hub_id`` is read with the hub's split names :data:`HUB_SPLITS`. With no
+        fallback, the shared directory is returned anyway, and reading it fails naming it.
+        """
+        splits = self.split_names
+        if self.hub_id:
+            return CorpusSource(None, self.hub_id, self.hub_config, splits, "hub_id")
+        if self.data_dir is not None:
+            return CorpusSource(Path(self.data_dir), None, None, splits, "data_dir")
+        env = os.environ.get(DATA_DIR_ENV)
+        if env:
+            return CorpusSource(Path(env), None, None, splits, f"${DATA_DIR_ENV}")
+        shared = shared_data_dir()
+        if shared.is_dir() or not self.fallback_hub_id:
+            return CorpusSource(shared, None, None, splits, "../shared/data/multi30k")
+        return CorpusSource(None, self.fallback_hub_id, None, HUB_SPLITS, "fallback")
+
+
+@dataclass(frozen=True)
 class CorpusSource:
-    """Where a corpus is read from, and what its three splits are called there.
+    """Where a corpus is read from, as :meth:`CorpusLocation.resolve` chose, and its split names there.
 
     Attributes:
         data_dir: local directory of ``{split}.{lang}[.gz]`` files; ``None`` for a hub dataset.
@@ -117,53 +182,7 @@ class CorpusSource:
         return f"Hugging Face hub dataset {self.hub_id}{config} (splits {names}; {why})"
 
 
-def resolve_corpus_source(
-    data_dir: str | Path | None = None,
-    hub_id: str | None = None,
-    hub_config: str | None = None,
-    fallback_hub_id: str | None = MULTI30K_HUB_ID,
-    train_split: str = "train",
-    valid_split: str = "val",
-    test_split: str = "test_2016_flickr",
-) -> CorpusSource:
-    """Pick the corpus source: ``hub_id`` > ``data_dir`` > ``$MULTI30K_DIR`` > ../shared > fallback hub.
-
-    An explicit ``hub_id``, ``data_dir`` or ``$MULTI30K_DIR`` is used even if it turns out not to
-    exist (reading it then fails with a message naming it): a typo must not silently turn into a
-    download. The shared directory is used only where it exists; otherwise ``fallback_hub_id`` is
-    read with the hub's split names :data:`HUB_SPLITS`. With no fallback, the shared directory is
-    returned anyway, and reading it fails with a message naming it.
-
-    Args:
-        data_dir: explicit local directory, or ``None``.
-        hub_id: explicit hub dataset id, or ``None``; read with the given split names.
-        hub_config: configuration of ``hub_id``.
-        fallback_hub_id: hub dataset read where no local directory is given or found; ``None``
-            disables the fallback.
-        train_split: source name of the training split (local files, or ``hub_id``).
-        valid_split: source name of the split read as ``validation``.
-        test_split: source name of the split read as ``test``.
-
-    Returns:
-        The source, with the split names that go with it.
-    """
-    splits = (train_split, valid_split, test_split)
-    if hub_id:
-        return CorpusSource(None, hub_id, hub_config, splits, "hub_id")
-    if data_dir is not None:
-        return CorpusSource(Path(data_dir), None, None, splits, "data_dir")
-    env = os.environ.get(DATA_DIR_ENV)
-    if env:
-        return CorpusSource(Path(env), None, None, splits, f"${DATA_DIR_ENV}")
-    shared = shared_data_dir()
-    if shared.is_dir() or not fallback_hub_id:
-        return CorpusSource(shared, None, None, splits, "../shared/data/multi30k")
-    return CorpusSource(None, fallback_hub_id, None, HUB_SPLITS, "fallback")
-
-
-def _no_local_copy_message(
-    hub_id: str, reason: BaseException, splits: Sequence[str], src_lang: str, tgt_lang: str
-) -> str:
+def _no_local_copy_message(location: CorpusLocation, hub_id: str, reason: BaseException) -> str:
     """The error where no local directory exists and the fallback hub dataset cannot be read."""
     offline = " (HF_HUB_OFFLINE is set)" if datasets.config.HF_HUB_OFFLINE else ""
     places = [
@@ -176,8 +195,8 @@ def _no_local_copy_message(
         [
             f"no local copy of the corpus, and the Hugging Face hub copy {hub_id} cannot be read"
             f"{offline}: {reason}",
-            f"Put the files {{{','.join(splits)}}}.{{{src_lang},{tgt_lang}}}[.gz] in a directory given by "
-            "one of (checked in this order):",
+            f"Put the files {{{','.join(location.split_names)}}}.{{{location.src_lang},{location.tgt_lang}}}"
+            "[.gz] in a directory given by one of (checked in this order):",
             *(f"  {place:<{width}}  {where}" for place, where in places),
             f"or reach the hub once: `datasets` then keeps {hub_id} in its cache "
             f"({datasets.config.HF_DATASETS_CACHE}) and later runs read it offline.",
@@ -324,10 +343,6 @@ def _split_names(train_split: str, valid_split: str, test_split: str) -> dict[st
     return {"train": train_split, "validation": valid_split, "test": test_split}
 
 
-# Rows per block when a hub split is streamed into the corpus cache.
-_HUB_BLOCK_ROWS = 50_000
-
-
 def _local_blocks(
     src_path: Path, tgt_path: Path, skipped: SkippedLines | None = None, skippable: bool = True
 ) -> Iterator[tuple[np.ndarray, list[str], list[str]]]:
@@ -353,66 +368,3 @@ def _local_files(
         for name, prefix in _split_names(*splits).items()
         if name in only
     }
-
-
-def _pair_picker(
-    dataset: datasets.Dataset, src_lang: str, tgt_lang: str
-) -> Callable[[dict], tuple[list, list]]:
-    """A function from a batch of ``dataset`` to ``(sources, targets)``, for either hub layout.
-
-    Raises:
-        CorpusError: neither a ``translation`` column nor both language columns, or the
-            ``translation`` column lacks a language.
-    """
-    columns = dataset.column_names
-    if "translation" in columns:
-        pair = dataset.features["translation"]
-        langs = list(pair.languages) if isinstance(pair, datasets.Translation) else list(pair)
-        if langs and (src_lang not in langs or tgt_lang not in langs):
-            raise CorpusError(
-                f"translation column has languages {langs}, not both {src_lang!r} and {tgt_lang!r}"
-            )
-        return lambda batch: (
-            [t[src_lang] for t in batch["translation"]],
-            [t[tgt_lang] for t in batch["translation"]],
-        )
-    if src_lang in columns and tgt_lang in columns:
-        return lambda batch: (batch[src_lang], batch[tgt_lang])
-    raise CorpusError(
-        f"expected a 'translation' column or columns {src_lang!r} and {tgt_lang!r}; the dataset has {columns}"
-    )
-
-
-def _hub_blocks(
-    dataset: datasets.Dataset, src_lang: str, tgt_lang: str
-) -> Iterator[tuple[np.ndarray, list[str], list[str]]]:
-    pick = _pair_picker(dataset, src_lang, tgt_lang)
-    start = 0
-    for batch in dataset.iter(batch_size=_HUB_BLOCK_ROWS):
-        src, tgt = pick(batch)
-        yield np.arange(start, start + len(src), dtype=np.int64), list(src), list(tgt)
-        start += len(src)
-
-
-def _read_hub(hub_id: str, hub_config: str | None, splits: dict[str, str]) -> dict[str, datasets.Dataset]:
-    """The hub splits by our names (``datasets`` keeps them memory-mapped in its own cache).
-
-    Raises:
-        CorpusError: a split is missing; the message lists the splits that exist.
-        CorpusNotFoundError: the hub cannot be reached and the dataset is not cached, or the
-            hub has no such dataset.
-    """
-    try:
-        raw = datasets.load_dataset(hub_id, hub_config)
-    except _HUB_UNREADABLE as err:
-        raise CorpusNotFoundError(
-            f"cannot read hub dataset {hub_id}" + (f" ({hub_config})" if hub_config else "") + f": {err}"
-        ) from err
-    out = {}
-    for name, hub_split in splits.items():
-        if hub_split not in raw:
-            raise CorpusError(
-                f"{hub_id} ({hub_config}) has no split {hub_split!r} (wanted as {name}); it has {list(raw)}"
-            )
-        out[name] = raw[hub_split]
-    return out

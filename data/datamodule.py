@@ -1,17 +1,19 @@
 """``TranslationDataModule``: corpus, subwords and token-budget batches behind Lightning's interface.
 
-Built from plain keyword arguments so that Hydra instantiates it from ``conf/data/*.yaml``
-(``_target_: data.datamodule.TranslationDataModule``) and a checkpoint's saved hyperparameters
-stay plain. The Trainer must run with ``use_distributed_sampler=False``: the batch sampler already
-splits batches across ranks (rank and world size are read from ``self.trainer``).
+Built from the ``data:`` keys as keyword arguments, so that Hydra instantiates it from
+``conf/data/*.yaml`` (``_target_: data.datamodule.TranslationDataModule``) and a checkpoint's saved
+hyperparameters stay plain; the keys are read into typed values at once
+(:class:`data.settings.DataSettings`). Set-up runs :func:`data.loading.load_data`; this module
+serves its batches. The Trainer must run with ``use_distributed_sampler=False``: the batch sampler
+already splits batches across ranks (rank and world size are read from ``self.trainer``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import hashlib
 import logging
-import time
+from typing import Any
 
 import datasets
 import lightning as L
@@ -19,54 +21,16 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from data.arrow_pairs import StreamedColumn
-from data.batching import TokenBucketBatchSampler, TokenizedPairs, collate_columns, padding_fraction
-from data.corpora import (
-    TrainingCorpus,
-    ValidationSet,
-    parse_corpora,
-    parse_valid_sets,
-    reserved_tags,
-    target_tag,
-    valid_split_key,
-)
-from data.corpus import MULTI30K_HUB_ID, SPLITS
+from data.batching import TokenBucketBatchSampler, collate_columns, padding_fraction
 from data.filters import PairFilters
-from data.length_buckets import LengthBuckets, bucketed_padding, distinct_shapes
-from data.mixing import CorpusMix, corpus_weights
-from data.prepared import BAD_LINES, PreparedCorpus, drop_long_pairs, prepare_corpus
-from data.sampling import SampledPairs
-from data.tokenized import tokenize_split
-from data.tokenizer import (
-    SpmModelError,
-    SubwordTokenizer,
-    default_cache_dir,
-    given_tokenizers,
-    save_run_tokenizers,
-    train_or_load_tokenizers,
-)
+from data.length_buckets import bucketed_padding, distinct_shapes
+from data.loading import load_data
+from data.mixing import CorpusMix
+from data.settings import DataSettings, config_defaults
+from data.tokenized_pairs import TokenizedPairs
+from data.tokenizer import SubwordTokenizer
 
 logger = logging.getLogger(__name__)
-
-
-def _check_tags_are_pieces(tokenizer: SubwordTokenizer, tags: list[str], key: str) -> None:
-    """Refuses a given model that would cut a tag into pieces (it was trained without it)."""
-    for tag in tags:
-        pieces = tokenizer.id_to_piece(tokenizer.encode([tag])[0])  # unknown characters: <unk>
-        if [piece for piece in pieces if piece != "\u2581"] != [tag]:  # a word boundary may stand before it
-            raise SpmModelError(
-                f"data.{key}: the tag {tag} is not one piece of this model (it becomes {pieces}), so the"
-                " model cannot tell it from text: use a model trained with it reserved, or drop the tag"
-            )
-
-
-def _column(dataset: datasets.Dataset, name: str) -> np.ndarray:
-    """An int column of a memory-mapped split as a numpy array, without Python lists.
-
-    Returns:
-        ``[len(dataset)]`` int64.
-    """
-    return np.asarray(dataset.select_columns([name]).with_format("numpy")[:][name], dtype=np.int64)
 
 
 class _ResumableLoader(DataLoader):
@@ -94,354 +58,48 @@ class TranslationDataModule(L.LightningDataModule):
     [B], ``tgt_in`` [B, T], ``tgt_out`` [B, T], ``tgt_lengths`` [B], ``ids`` [B], ``tgt_positions`` [N].
 
     Args:
-        src_lang: source language, e.g. ``"de"``.
-        tgt_lang: target language, e.g. ``"en"``.
-        data_dir: local ``{split}.{lang}[.gz]`` directory; ``None``: ``$MULTI30K_DIR``, else
-            ``<project root>/../shared/data/multi30k`` where it exists, else ``fallback_hub_id``.
-        hub_id: hub dataset id; takes precedence over ``data_dir`` when set.
-        hub_config: hub dataset configuration, e.g. ``"de-en"``.
-        train_split: source split name read as ``train`` (local files, or ``hub_id``).
-        valid_split: source split name read as ``validation``.
-        test_split: source split name read as ``test``.
-        fallback_hub_id: hub dataset read, with the hub's split names train / validation / test,
-            where no local directory is given or found; ``None``: no fallback (a missing
-            directory is an error).
-        joint_vocab: one SentencePiece model for both languages, else one per language.
-        vocab_size: vocabulary size of each SentencePiece model, special ids included.
-        spm_model_type: ``"unigram"`` or ``"bpe"``.
-        character_coverage: SentencePiece character coverage (1.0 for Latin scripts).
-        spm_input_sentence_size: at most this many sentences sampled to train SentencePiece.
-        spm_threads: threads for SentencePiece training and encoding.
-        spm_model: an existing SentencePiece ``.model`` file used for both sides instead of
-            training one (with ``joint_vocab``); ``vocab_size`` and the other training settings
-            are then unused. ``None``: train one, or reuse the cached one.
-        src_spm_model, tgt_spm_model: the same, one model per side (both, without ``joint_vocab``).
-        max_len: training pairs whose source (with EOS) or target (with BOS/EOS) is longer than
-            this many subwords are dropped (counts logged); validation and test are never cut.
-        spm_sampling_alpha: subword regularisation of the training split (:mod:`data.sampling`):
-            each batch's segmentation drawn afresh by SentencePiece, ``alpha`` its smoothing
-            exponent (unigram) or merge dropout (BPE); ``None``: the one best segmentation.
-            Validation, test and translation always use the best.
-        spm_sampling_nbest: with ``spm_sampling_alpha`` and a unigram model: sample among all
-            segmentations (-1) or the ``nbest`` best.
-        max_tokens: padded tokens per batch, ``batch_size * max(src_len, tgt_len)``.
-        eval_max_tokens: the same for validation and test; ``None`` means ``max_tokens``.
-        length_buckets: pad each training batch's lengths up to these few (and its rows up to
-            ``max_tokens`` at that width, with filler pairs), so that a compiled step meets a few
-            shapes and can run as CUDA graphs (:mod:`data.length_buckets`); the padding it costs is
-            logged at set-up. ``None``: batches as long as their longest pair.
-        seed: seed of the per-epoch batch order.
-        num_workers: DataLoader worker processes (0: load in the main process).
-        pin_memory: pin batches in page-locked memory, so that Lightning's host-to-GPU copies
-            (``non_blocking=True`` on CUDA) run asynchronously; ``None``: pin when the Trainer
-            runs on a CUDA device.
-        cache_dir: root for cached SentencePiece models and tokenized splits; ``None``:
-            ``$NMT_CACHE_DIR``, else ``~/.cache/nmt-transformer``.
-        run_dir: the run's directory; the SentencePiece model(s) are copied to
-            ``<run_dir>/tokenizer/``. ``None``: kept in the cache only.
-        bad_lines: a training line of a local file with invalid UTF-8 or a NUL byte is an
-            ``"error"`` naming the file and line, or its pair is dropped (``"skip"``), counted and
-            logged by file and line (:func:`data.prepared.prepare_corpus`).
-        filters: ``data.filters``, which training pairs to drop where each training corpus is read
-            (:class:`data.filters.PairFilters` fields; None: none), counted per corpus
-            (:attr:`filtered`).
-        corpora: the training corpora, mixed by weight, each a mapping of
-            :class:`data.corpora.TrainingCorpus` fields; ``None`` or empty: the training split of
-            the corpus above. The test split is always the corpus above's.
-        target_lang_tags: put the target language's tag (``<2fr>``) before every source
-            sentence, of every split, and reserve it in SentencePiece: one model for several
-            target languages.
-        valid_sets: the validation sets, all validated at every validation, each a mapping of
-            :class:`data.corpora.ValidationSet` fields, served in this order as the validation
-            dataloaders (split keys ``"validation/<name>"``); ``None`` or empty: the corpus
-            above's ``valid_split`` alone (split key ``"validation"``).
+        **config: the ``data:`` keys (conf/data/multi30k.yaml says what each means and its
+            default), read into :attr:`settings`; saved as given, the rest at their defaults, as
+            the module's hyperparameters (plain containers a checkpoint stores).
+
+    Raises:
+        ValueError: an unknown key or a bad value, naming ``data.<key>``.
+
+    Attributes:
+        settings: the keys as typed values: the corpora and their locations, the tokenizer, the
+            batches, the filters, the places and the loaders' knobs.
+        corpus: after set-up, the raw splits (``id``, ``src``, ``tgt``).
+        tokenized: after set-up, the tokenized splits (``id``, ``src_ids``, ``tgt_ids``, lengths).
+        lengths: after set-up, per split, ``([N] source widths, [N] target widths)``.
+        src_tokenizer, tgt_tokenizer: after set-up, the SentencePiece models.
+        corpus_summary: after set-up, per training corpus: pairs, weight, pairs per epoch, tag.
+        filtered: after set-up, per training corpus: the pairs ``data.filters`` dropped, by reason.
+        stage_seconds: after set-up, the read, filter, sentencepiece and tokenize stages' wall time.
+        epoch_offset: added to the epoch that orders the training batches: a fine-tuned run
+            continuing its checkpoint's data order sets it (training/finetune_reset.py); a resumed
+            run gets it back with the sampler's state.
     """
 
-    def __init__(
-        self,
-        src_lang: str = "de",
-        tgt_lang: str = "en",
-        data_dir: str | None = None,
-        hub_id: str | None = None,
-        hub_config: str | None = None,
-        train_split: str = "train",
-        valid_split: str = "val",
-        test_split: str = "test_2016_flickr",
-        fallback_hub_id: str | None = MULTI30K_HUB_ID,
-        joint_vocab: bool = True,
-        vocab_size: int = 8000,
-        spm_model_type: str = "unigram",
-        character_coverage: float = 1.0,
-        spm_input_sentence_size: int = 2_000_000,
-        spm_threads: int = 1,
-        spm_model: str | None = None,
-        src_spm_model: str | None = None,
-        tgt_spm_model: str | None = None,
-        max_len: int = 250,
-        spm_sampling_alpha: float | None = None,
-        spm_sampling_nbest: int = -1,
-        max_tokens: int = 4096,
-        eval_max_tokens: int | None = None,
-        length_buckets: list[int] | None = None,
-        seed: int = 1234,
-        num_workers: int = 0,
-        pin_memory: bool | None = None,
-        cache_dir: str | None = None,
-        run_dir: str | None = None,
-        bad_lines: str = "error",
-        filters: dict | None = None,
-        corpora: list[dict] | None = None,
-        corpora_temperature: float | None = None,
-        target_lang_tags: bool = False,
-        valid_sets: list[dict] | None = None,
-    ) -> None:
+    def __init__(self, **config: Any) -> None:
         super().__init__()
-        self.save_hyperparameters()
-        self.src_lang, self.tgt_lang = src_lang, tgt_lang
-        self.data_dir, self.hub_id, self.hub_config = data_dir, hub_id, hub_config
-        self.split_names = {
-            "train_split": train_split,
-            "valid_split": valid_split,
-            "test_split": test_split,
-        }
-        self.fallback_hub_id = fallback_hub_id
-        self.joint_vocab = joint_vocab
-        self.vocab_size = vocab_size
-        self.spm_model_type = spm_model_type
-        self.character_coverage = character_coverage
-        self.spm_input_sentence_size = spm_input_sentence_size
-        self.spm_threads = spm_threads
-        self.spm_models = {
-            "spm_model": spm_model,
-            "src_spm_model": src_spm_model,
-            "tgt_spm_model": tgt_spm_model,
-        }
-        self.max_len = max_len
-        self.spm_sampling_alpha, self.spm_sampling_nbest = spm_sampling_alpha, spm_sampling_nbest
-        self.max_tokens = max_tokens
-        self.eval_max_tokens = eval_max_tokens or max_tokens
-        self.length_buckets = LengthBuckets.parse(length_buckets)
-        self.seed = seed
-        self.num_workers = num_workers
-        self.pin_memory = pin_memory
-        self.cache_dir = cache_dir if cache_dir is not None else default_cache_dir()
-        self.run_dir = run_dir
-        if bad_lines not in BAD_LINES:
-            raise ValueError(f"data.bad_lines must be one of {', '.join(BAD_LINES)}, not {bad_lines!r}")
-        self.bad_lines = bad_lines
-        self.filters = PairFilters.from_dict(filters)  # refused at once, naming the key
-        self.filtered: dict[str, dict[str, int]] = {}  # per training corpus: pairs dropped by reason
-        self.target_lang_tags = target_lang_tags
-        self.listed = bool(corpora)  # an explicit list of training corpora
-        self.corpora = parse_corpora(corpora, src_lang, tgt_lang, data_dir, hub_id, hub_config, train_split)
-        self.corpora_temperature = corpora_temperature
-        if corpora_temperature is not None:
-            if not corpora_temperature >= 1:
-                raise ValueError(
-                    f"data.corpora_temperature must be null or at least 1, not {corpora_temperature}"
-                )
-            weighted = [i for i, c in enumerate(self.corpora) if c.weight != 1]
-            if weighted:
-                raise ValueError(
-                    f"data.corpora[{weighted[0]}].weight is set and so is data.corpora_temperature, "
-                    "which chooses the weights: give one of them"
-                )
-        self.valid_sets = parse_valid_sets(
-            valid_sets, src_lang, tgt_lang, data_dir, hub_id, hub_config, valid_split
-        )
-        self.reserved = reserved_tags([*self.corpora, *self.valid_sets], target_lang_tags, tgt_lang)
-        self.corpus_summary: list[dict] = []  # per training corpus: pairs, weight, per epoch, tag
-        self._mix: CorpusMix | None = None
-
-        self.corpus: datasets.DatasetDict | None = None  # raw text: id, src, tgt
-        self.tokenized: datasets.DatasetDict | None = None  # id, src_ids, tgt_ids, src/tgt_len
+        self.settings = DataSettings.from_config(config)  # refused at once, naming the key
+        self.save_hyperparameters({**config_defaults(), **config})
+        self.corpus: datasets.DatasetDict | None = None
+        self.tokenized: datasets.DatasetDict | None = None
+        self.lengths: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.src_tokenizer: SubwordTokenizer | None = None
         self.tgt_tokenizer: SubwordTokenizer | None = None
-        self.lengths: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # split: (src_len, tgt_len)
-        self.stage_seconds: dict[str, float] = {}  # read, filter, sentencepiece, tokenize (this load)
+        self.corpus_summary: list[dict] = []
+        self.filtered: dict[str, dict[str, int]] = {}
+        self.stage_seconds: dict[str, float] = {}
         self._served: dict[str, TokenizedPairs] = {}  # what the loaders fetch batches from
+        self._mix: CorpusMix | None = None
         self._train_sampler: TokenBucketBatchSampler | None = None
         self._pending_train_state: dict | None = None
         self._padding_logged = False
-        # The training order's epoch offset: a fine-tuned run continuing its checkpoint's data order
-        # sets it (training/finetune_reset.py); a resumed run gets it back with the sampler's state.
         self.epoch_offset = 0
 
     # ----------------------------------------------------------------- loading
-
-    def _load(self) -> None:
-        if self.tokenized is not None:
-            return
-        # Given models are read first: a wrong path stops the run before the corpus is read.
-        given = given_tokenizers(**self.spm_models, joint=self.joint_vocab, num_threads=self.spm_threads)
-        seconds = {}
-        corpus, digests, sizes = self._read_corpora(seconds)
-        tick = time.perf_counter()
-        if given is not None:
-            src_tok, tgt_tok = given
-            said = [f"{key}={path}" for key, path in self.spm_models.items() if path]
-            logger.info(
-                "SentencePiece: using data.%s (%s pieces), not training one (data.vocab_size and the "
-                "other training settings are unused)",
-                " and data.".join(said),
-                " and ".join(str(t.vocab_size) for t in dict.fromkeys((src_tok, tgt_tok))),
-            )
-            _check_tags_are_pieces(src_tok, self.reserved, " and data.".join(said))
-            if self.run_dir is not None:
-                save_run_tokenizers(src_tok, tgt_tok, self.run_dir)
-        else:
-            src_tok, tgt_tok = train_or_load_tokenizers(
-                StreamedColumn(corpus["train"], "src"),  # only a sample is kept, the rest streamed past
-                StreamedColumn(corpus["train"], "tgt"),
-                cache_dir=self.cache_dir,
-                run_dir=self.run_dir,
-                joint=self.joint_vocab,
-                vocab_size=self.vocab_size,
-                model_type=self.spm_model_type,
-                character_coverage=self.character_coverage,
-                input_sentence_size=self.spm_input_sentence_size,
-                num_threads=self.spm_threads,
-                content_key=digests["train"],
-                reserved=self.reserved,
-            )
-        seconds["sentencepiece"] = time.perf_counter() - tick
-        tick = time.perf_counter()
-        tokenized, lengths = {}, {}
-        for split in ["train", *self.validation_splits, "test"]:
-            ds = tokenize_split(corpus[split], src_tok, tgt_tok, self.cache_dir, content_key=digests[split])
-            tokenized[split] = ds
-            lengths[split] = (_column(ds, "src_len"), _column(ds, "tgt_len"))
-        seconds["tokenize"] = time.perf_counter() - tick
-        src_len, tgt_len = lengths["train"]
-        keep = np.flatnonzero(np.maximum(src_len, tgt_len) <= self.max_len)
-        evaluated = [*self.validation_splits, "test"]
-        self._served = {split: TokenizedPairs(tokenized[split]) for split in evaluated}
-        if self.spm_sampling_alpha is None:
-            self._served["train"] = TokenizedPairs(tokenized["train"], keep)
-        else:  # the raw text, encoded afresh for each batch; the tokenized lengths plan the batches
-            self._served["train"] = SampledPairs(
-                corpus["train"],
-                keep,
-                src_tok,
-                tgt_tok,
-                alpha=self.spm_sampling_alpha,
-                nbest_size=self.spm_sampling_nbest,
-                seed=self.seed,
-                max_len=self.max_len,
-            )
-        tokenized["train"] = drop_long_pairs(tokenized["train"], src_len, tgt_len, self.max_len, "train")
-        lengths["train"] = (src_len[keep], tgt_len[keep])
-        self._mix_corpora(np.repeat(np.arange(len(sizes)), sizes)[keep], *lengths["train"])
-        for split in evaluated:
-            n_long = int((np.maximum(*lengths[split]) > self.max_len).sum())
-            if n_long:
-                logger.warning(
-                    "%s: %d of %d pairs are longer than max_len=%d tokens (kept)",
-                    split,
-                    n_long,
-                    len(tokenized[split]),
-                    self.max_len,
-                )
-        self.corpus = corpus
-        self.src_tokenizer, self.tgt_tokenizer = src_tok, tgt_tok
-        self.tokenized = datasets.DatasetDict(tokenized)
-        self.lengths = lengths
-        self.stage_seconds = seconds
-
-    def _read_corpora(
-        self, seconds: dict[str, float]
-    ) -> tuple[datasets.DatasetDict, dict[str, str], list[int]]:
-        """The splits (train: every training corpus's pairs, in ``self.corpora`` order; each of
-        :attr:`validation_splits`; test), their content digests, and each training corpus's number
-        of pairs."""
-        main_prefix = target_tag(self.tgt_lang) + " " if self.target_lang_tags else ""
-        common = {
-            "fallback_hub_id": self.fallback_hub_id,
-            "cache_dir": self.cache_dir,
-            "bad_lines": self.bad_lines,
-            "filters": self.filters,
-        }
-        # The main corpus gives what no list replaces: its training split unless data.corpora lists
-        # the training corpora, its validation split unless data.valid_sets lists the validation
-        # sets (it need not exist then), and always the test split.
-        main_splits = [
-            split
-            for split, replaced in zip(SPLITS, (self.listed, bool(self.valid_sets), False), strict=True)
-            if not replaced
-        ]
-        main = prepare_corpus(
-            self.src_lang,
-            self.tgt_lang,
-            data_dir=self.data_dir,
-            hub_id=self.hub_id,
-            hub_config=self.hub_config,
-            which_splits=main_splits,
-            src_prefix=main_prefix,
-            **common,
-            **self.split_names,
-        )
-
-        def one_split(entry: TrainingCorpus | ValidationSet, split: str) -> PreparedCorpus:
-            """The one split of a ``data.corpora`` or ``data.valid_sets`` entry, its tags on."""
-            return prepare_corpus(
-                entry.src_lang,
-                entry.tgt_lang,
-                data_dir=entry.data_dir,
-                hub_id=entry.hub_id,
-                hub_config=entry.hub_config,
-                which_splits=(split,),
-                src_prefix=entry.source_prefix(self.target_lang_tags),
-                **{"train_split" if split == "train" else "valid_split": entry.split},
-                **common,
-            )
-
-        parts = [one_split(c, "train") for c in self.corpora] if self.listed else [main]
-        self.filtered = {c.name: p.filtered for c, p in zip(self.corpora, parts, strict=True) if p.filtered}
-        valid = [one_split(v, "validation") for v in self.valid_sets]
-        for part in {id(p): p for p in [main, *parts, *valid]}.values():
-            for stage, value in part.seconds.items():
-                seconds[stage] = seconds.get(stage, 0.0) + value
-        splits, digests = dict(main.splits), dict(main.digests)
-        if self.listed:
-            splits["train"] = datasets.concatenate_datasets([p.splits["train"] for p in parts])
-            joined = "|".join(
-                f"{c.name}:{p.digests['train']}" for c, p in zip(self.corpora, parts, strict=True)
-            )
-            digests["train"] = hashlib.sha256(joined.encode()).hexdigest()
-        for v, prepared in zip(self.valid_sets, valid, strict=True):
-            splits[v.split_key] = prepared.splits["validation"]
-            digests[v.split_key] = prepared.digests["validation"]
-        return datasets.DatasetDict(splits), digests, [len(p.splits["train"]) for p in parts]
-
-    def _mix_corpora(self, corpus_of: np.ndarray, src_len: np.ndarray, tgt_len: np.ndarray) -> None:
-        """Each corpus's weight made a :class:`CorpusMix` (none where all are 1); the summary logged.
-
-        Args:
-            corpus_of: ``[N]`` training corpus of each kept training pair.
-            src_len: ``[N]`` source widths.
-            tgt_len: ``[N]`` target widths.
-        """
-        pairs = np.bincount(corpus_of, minlength=len(self.corpora))
-        weights = [c.weight for c in self.corpora]
-        if self.corpora_temperature is not None:  # shares proportional to pairs ** (1 / T)
-            weights = corpus_weights(pairs.tolist(), self.corpora_temperature)
-        keys = TokenBucketBatchSampler.length_keys(src_len, tgt_len)
-        self._mix = None if all(w == 1 for w in weights) else CorpusMix(corpus_of, weights, keys)
-        per_epoch = pairs if self._mix is None else self._mix.per_corpus
-        self.corpus_summary = [
-            {"name": c.name, "pairs": int(n), "weight": round(w, 6), "per_epoch": int(e), "tag": c.tag}
-            for c, n, w, e in zip(self.corpora, pairs, weights, per_epoch, strict=True)
-        ]
-        if self.listed:
-            logger.info(
-                "training corpora, pairs per epoch: %s",
-                "; ".join(
-                    f"{s['name']} {s['per_epoch']:,} ({s['pairs']:,} pairs x {s['weight']:g}"
-                    + (f", tagged {s['tag']}" if s["tag"] else "")
-                    + ")"
-                    for s in self.corpus_summary
-                ),
-            )
 
     def prepare_data(self) -> None:
         """Read the corpus, train or reuse SentencePiece and tokenize, filling the caches.
@@ -459,58 +117,79 @@ class TranslationDataModule(L.LightningDataModule):
             self._log_train_padding()
             self._padding_logged = True
 
+    def _load(self) -> None:
+        if self.tokenized is not None:
+            return
+        loaded = load_data(self.settings)
+        self.corpus, self.tokenized, self.lengths = loaded.corpus, loaded.tokenized, loaded.lengths
+        self.src_tokenizer, self.tgt_tokenizer = loaded.src_tokenizer, loaded.tgt_tokenizer
+        self.corpus_summary, self.filtered = loaded.corpus_summary, loaded.filtered
+        self.stage_seconds = loaded.stage_seconds
+        self._served, self._mix = loaded.served, loaded.mix
+
     def _log_train_padding(self) -> None:
         """Logs the first epoch's padding and batch shapes; with ``length_buckets``, what they cost."""
-        lengths = self.lengths["train"]
+        lengths, batches = self.lengths["train"], self.settings.batches
         plain = self.batch_sampler("train", buckets=False).global_batches()
         logger.info(
             "train padding fraction at max_tokens=%d: %.4f (%d batch shapes an epoch)",
-            self.max_tokens,
+            batches.max_tokens,
             padding_fraction(plain, *lengths),
             distinct_shapes(plain, *lengths),
         )
-        if self.length_buckets is None:
+        if batches.length_buckets is None:
             return
-        batches = self.batch_sampler("train").global_batches()
-        padding, fillers, shapes = bucketed_padding(batches, *lengths, self.length_buckets, self.max_tokens)
+        bucketed = self.batch_sampler("train").global_batches()
+        padding, fillers, shapes = bucketed_padding(
+            bucketed, *lengths, batches.length_buckets, batches.max_tokens
+        )
         logger.info(
             "train padding fraction with data.length_buckets=%s: %.4f, filler rows %.4f "
             "(%d batch shapes, %d batches)",
-            list(self.length_buckets.lengths),
+            list(batches.length_buckets.lengths),
             padding,
             fillers,
             shapes,
-            len(batches),
+            len(bucketed),
         )
 
     # --------------------------------------------------------------- accessors
 
     @property
+    def filters(self) -> PairFilters:
+        """``data.filters``: which training pairs are dropped where each training corpus is read."""
+        return self.settings.filters
+
+    @property
+    def listed(self) -> bool:
+        """Whether ``data.corpora`` lists the training corpora."""
+        return self.settings.corpora.listed
+
+    @property
+    def reserved(self) -> list[str]:
+        """Every tag the sources can carry, kept one SentencePiece piece."""
+        return self.settings.corpora.reserved
+
+    @property
     def validation_splits(self) -> list[str]:
         """The split keys validated, in the order of :meth:`val_dataloader`'s loaders:
         ``["validation/<name>", ...]`` for ``valid_sets``, else ``["validation"]``."""
-        return [v.split_key for v in self.valid_sets] or [valid_split_key(None)]
+        return self.settings.corpora.validation_splits
 
     def split_target_lang(self, split: str) -> str:
         """The target language of a split's references (a validation set's own, else ``tgt_lang``):
         what chooses BLEU's tokenizer (``common.metrics``)."""
-        for v in self.valid_sets:
-            if v.split_key == split and v.tgt_lang:
-                return v.tgt_lang
-        return self.tgt_lang
+        return self.settings.corpora.split_target_lang(split)
 
     @property
     def valid_set_names(self) -> list[str]:
         """The names of ``valid_sets`` in loader order; [] where the main validation split alone is."""
-        return [v.name for v in self.valid_sets]
+        return [v.name for v in self.settings.corpora.valid_sets]
 
     @property
     def target_tags(self) -> dict[str, str]:
         """With ``target_lang_tags``: each target language's source tag (``{"fr": "<2fr>"}``), else {}."""
-        if not self.target_lang_tags:
-            return {}
-        langs = [c.tgt_lang for c in [*self.corpora, *self.valid_sets]] + [self.tgt_lang]
-        return {lang: target_tag(lang) for lang in sorted(set(langs))}
+        return self.settings.corpora.target_tags
 
     @property
     def src_vocab_size(self) -> int:
@@ -543,6 +222,24 @@ class TranslationDataModule(L.LightningDataModule):
 
     # ------------------------------------------------------------- dataloaders
 
+    @property
+    def num_workers(self) -> int:
+        """``data.num_workers``; settable between loaders (a new value reaches the next loader)."""
+        return self.settings.num_workers
+
+    @num_workers.setter
+    def num_workers(self, value: int) -> None:
+        self.settings = dataclasses.replace(self.settings, num_workers=value)
+
+    @property
+    def pin_memory(self) -> bool | None:
+        """``data.pin_memory``; settable between loaders, as :attr:`num_workers`."""
+        return self.settings.pin_memory
+
+    @pin_memory.setter
+    def pin_memory(self, value: bool | None) -> None:
+        self.settings = dataclasses.replace(self.settings, pin_memory=value)
+
     def _world(self) -> tuple[int, int]:
         trainer = self.trainer
         if trainer is None:
@@ -556,17 +253,17 @@ class TranslationDataModule(L.LightningDataModule):
         cut by ``length_buckets`` unless ``buckets`` is False (validation and test never are)."""
         assert self.tokenized is not None, "call setup() first"
         src_len, tgt_len = self.lengths[split]
-        train = split == "train"
+        train, batches = split == "train", self.settings.batches
         return TokenBucketBatchSampler(
             src_len,
             tgt_len,
-            max_tokens=self.max_tokens if train else self.eval_max_tokens,
+            max_tokens=batches.budget(split),
             shuffle=train,
-            seed=self.seed,
+            seed=batches.seed,
             num_replicas=num_replicas,
             rank=rank,
             mix=self._mix if train else None,
-            length_buckets=self.length_buckets if train and buckets else None,
+            length_buckets=batches.length_buckets if train and buckets else None,
         )
 
     def train_padding_fraction(self) -> float:
@@ -583,10 +280,10 @@ class TranslationDataModule(L.LightningDataModule):
         return strategy is not None and strategy.root_device.type == "cuda"
 
     def _loader(self, split: str, sampler: TokenBucketBatchSampler) -> DataLoader:
-        collate = collate_columns
-        if split == "train" and self.length_buckets is not None:  # a partial: picklable for workers
+        collate, batches = collate_columns, self.settings.batches
+        if split == "train" and batches.length_buckets is not None:  # a partial: picklable for workers
             collate = functools.partial(
-                collate_columns, length_buckets=self.length_buckets, max_tokens=self.max_tokens
+                collate_columns, length_buckets=batches.length_buckets, max_tokens=batches.max_tokens
             )
         kwargs = {
             "batch_sampler": sampler,
@@ -597,7 +294,7 @@ class TranslationDataModule(L.LightningDataModule):
             # Its own generator: creating an iterator draws a worker seed, and drawing it from the
             # global RNG (which drives dropout) would make dropout depend on how many loaders were
             # built before, e.g. by a sanity check; exact resumption needs that independence.
-            "generator": torch.Generator().manual_seed(self.seed),
+            "generator": torch.Generator().manual_seed(batches.seed),
         }
         dataset = self._served[split]
         if split == "train":
@@ -619,7 +316,7 @@ class TranslationDataModule(L.LightningDataModule):
         for the main validation split, or a list of one per validation set, in
         :attr:`validation_splits` order (Lightning's ``dataloader_idx``)."""
         loaders = [self._loader(s, self.batch_sampler(s, *self._world())) for s in self.validation_splits]
-        return loaders if self.valid_sets else loaders[0]
+        return loaders if self.settings.corpora.valid_sets else loaders[0]
 
     def test_dataloader(self) -> DataLoader:
         """Test batches in a fixed order (sorted by length), split across ranks."""

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from data.batching import PairColumns, TokenizedPairs
+from data.tokenized_pairs import PairColumns, TokenizedPairs
 from data.tokenizer import EOS_ID, SubwordTokenizer
 
 if TYPE_CHECKING:
@@ -42,9 +42,9 @@ def _flat(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
 class SampledPairs(TokenizedPairs):
     """The training split's raw text, each batch encoded with a fresh sampled segmentation.
 
-    Served in place of :class:`~data.batching.TokenizedPairs` (same rows, same
-    :class:`~data.batching.PairColumns`): the indices come from the token-bucket sampler, planned
-    from the deterministic lengths.
+    Served in place of :class:`~data.tokenized_pairs.TokenizedPairs` (same rows, same
+    :class:`~data.tokenized_pairs.PairColumns`): the indices come from the token-bucket sampler,
+    planned from the deterministic lengths.
 
     Args:
         dataset: the raw split (columns ``id``, ``src``, ``tgt``), row for row the tokenized one.

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from data.atomic import atomic_write
-from data.tokenizer import _CACHE_VERSION, EOS_ID, SubwordTokenizer, _hash_texts
+from data.spm_training import CACHE_VERSION, hash_texts
+from data.tokenizer import EOS_ID, SubwordTokenizer
 
 if TYPE_CHECKING:  # imported in the functions that use them: importing this module stays cheap
     import datasets
@@ -28,7 +29,7 @@ if TYPE_CHECKING:  # imported in the functions that use them: importing this mod
 logger = logging.getLogger(__name__)
 
 # Encoded blocks of ``batch_size`` rows per record batch of a tokenized cache file: the loader
-# takes a batch's rows record batch by record batch (data.batching.TokenizedPairs), and with
+# takes a batch's rows record batch by record batch (data.tokenized_pairs.TokenizedPairs), and with
 # 36M pairs in 50,000-row record batches a 1,000-row batch touched ~700 of them (BENCHMARKS.md,
 # "Data preparation at WMT scale").
 _BLOCKS_PER_RECORD_BATCH = 10
@@ -56,7 +57,7 @@ def tokenize_split(
         cache_dir: cache root (``<cache_dir>/tokenized/<key>.arrow``); ``None`` keeps it in memory.
         batch_size: rows encoded at a time; the cache file's record batches hold ten times as
             many (few, large record batches keep the loader's gathers few:
-            :class:`data.batching.TokenizedPairs`).
+            :class:`data.tokenized_pairs.TokenizedPairs`).
         content_key: identifies the split's content (e.g. its corpus digest), so that it need
             not be hashed; ``None``: hashed here, one pass over the text.
 
@@ -69,35 +70,12 @@ def tokenize_split(
     import pyarrow as pa
     from datasets.table import InMemoryTable
 
-    from data.arrow_pairs import iter_record_batches
     from data.cache import exclusive, remove_temporaries
 
-    h = hashlib.sha256(f"{_CACHE_VERSION}|{src_tokenizer.fingerprint}|{tgt_tokenizer.fingerprint}".encode())
-    if content_key is not None:
-        h.update(content_key.encode())
-    else:
-        for batch in dataset.iter(batch_size=10_000):
-            h.update(json.dumps(batch["id"]).encode())
-            _hash_texts(h, batch["src"])
-            _hash_texts(h, batch["tgt"])
-    key = h.hexdigest()[:32]
-    schema = _TOKENIZED_FEATURES().arrow_schema
-
-    def encoded() -> Iterator[pa.RecordBatch]:
-        blocks = (
-            rb.slice(i, batch_size)
-            for rb in iter_record_batches(dataset)
-            for i in range(0, len(rb), batch_size)
-        )
-        for batch in blocks:
-            src = _id_lists(src_tokenizer.encode(batch.column("src").to_pylist()), append=EOS_ID)
-            tgt = _id_lists(tgt_tokenizer.encode(batch.column("tgt").to_pylist()))
-            columns = [batch.column("id"), src, tgt]
-            lengths = [src.value_lengths(), pa.array(tgt.value_lengths().to_numpy() + 1, type=pa.int32())]
-            yield pa.RecordBatch.from_arrays(columns + lengths, schema=schema)
-
+    key = _content_key(dataset, src_tokenizer, tgt_tokenizer, content_key)
+    encoded = _encoded(dataset, src_tokenizer, tgt_tokenizer, batch_size)
     if cache_dir is None:
-        table = pa.Table.from_batches(list(encoded()), schema=schema)
+        table = pa.Table.from_batches(list(encoded), schema=_TOKENIZED_FEATURES().arrow_schema)
         return datasets.Dataset(InMemoryTable(table))
     path = Path(cache_dir) / "tokenized" / f"{key}.arrow"
     if not path.is_file():
@@ -105,16 +83,66 @@ def tokenize_split(
             if not path.is_file():
                 remove_temporaries(path)
                 logger.info("tokenizing %d pairs into %s", len(dataset), path)
-                with atomic_write(path) as f, pa.ipc.new_stream(f, schema) as writer:
-                    pending: list[pa.RecordBatch] = []
-                    for i, record_batch in enumerate(encoded(), start=1):
-                        pending.append(record_batch)
-                        if i % _BLOCKS_PER_RECORD_BATCH == 0:
-                            writer.write_table(pa.Table.from_batches(pending).combine_chunks())
-                            pending = []
-                    if pending:
-                        writer.write_table(pa.Table.from_batches(pending).combine_chunks())
+                _write(encoded, path)
     return datasets.Dataset.from_file(str(path))
+
+
+def _content_key(
+    dataset: datasets.Dataset,
+    src_tokenizer: SubwordTokenizer,
+    tgt_tokenizer: SubwordTokenizer,
+    content_key: str | None,
+) -> str:
+    """The cache file's name: a hash of both models and the split's content (``content_key``, or
+    the ``id``, ``src`` and ``tgt`` columns hashed here)."""
+    h = hashlib.sha256(f"{CACHE_VERSION}|{src_tokenizer.fingerprint}|{tgt_tokenizer.fingerprint}".encode())
+    if content_key is not None:
+        h.update(content_key.encode())
+    else:
+        for batch in dataset.iter(batch_size=10_000):
+            h.update(json.dumps(batch["id"]).encode())
+            hash_texts(h, batch["src"])
+            hash_texts(h, batch["tgt"])
+    return h.hexdigest()[:32]
+
+
+def _encoded(
+    dataset: datasets.Dataset,
+    src_tokenizer: SubwordTokenizer,
+    tgt_tokenizer: SubwordTokenizer,
+    batch_size: int,
+) -> Iterator[pa.RecordBatch]:
+    """The split's rows encoded ``batch_size`` at a time: ``id``, ``src_ids``, ``tgt_ids``, lengths."""
+    import pyarrow as pa
+
+    from data.arrow_pairs import iter_record_batches
+
+    schema = _TOKENIZED_FEATURES().arrow_schema
+    blocks = (
+        rb.slice(i, batch_size) for rb in iter_record_batches(dataset) for i in range(0, len(rb), batch_size)
+    )
+    for batch in blocks:
+        src = _id_lists(src_tokenizer.encode(batch.column("src").to_pylist()), append=EOS_ID)
+        tgt = _id_lists(tgt_tokenizer.encode(batch.column("tgt").to_pylist()))
+        columns = [batch.column("id"), src, tgt]
+        lengths = [src.value_lengths(), pa.array(tgt.value_lengths().to_numpy() + 1, type=pa.int32())]
+        yield pa.RecordBatch.from_arrays(columns + lengths, schema=schema)
+
+
+def _write(encoded: Iterator[pa.RecordBatch], path: Path) -> None:
+    """Writes the encoded blocks to ``path`` whole or not at all, :data:`_BLOCKS_PER_RECORD_BATCH`
+    blocks to a record batch."""
+    import pyarrow as pa
+
+    with atomic_write(path) as f, pa.ipc.new_stream(f, _TOKENIZED_FEATURES().arrow_schema) as writer:
+        pending: list[pa.RecordBatch] = []
+        for i, record_batch in enumerate(encoded, start=1):
+            pending.append(record_batch)
+            if i % _BLOCKS_PER_RECORD_BATCH == 0:
+                writer.write_table(pa.Table.from_batches(pending).combine_chunks())
+                pending = []
+        if pending:
+            writer.write_table(pa.Table.from_batches(pending).combine_chunks())
 
 
 def _TOKENIZED_FEATURES() -> datasets.Features:  # noqa: N802 (a constant, built lazily)

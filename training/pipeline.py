@@ -35,8 +35,8 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
 from common.metrics import check_bleu_tokenizers
-from data.corpora import parse_valid_sets
 from data.corpus import PROJECT_ROOT
+from data.settings import DataSettings
 from fastpaths.optimize import optimize
 from training.average import average_checkpoints
 from training.budget import BudgetSettings
@@ -193,21 +193,13 @@ def _checked_settings(cfg: DictConfig, record: RunRecord) -> RunSettings:
     attention = AttentionConfig.from_dict(_to_plain_dict(cfg.model.get("attention") or DictConfig({})))
     attention.check_dropout(cfg.model.get("attention_dropout", 0.0))
     data = cfg.data
-    sets = parse_valid_sets(
-        _to_plain_dict(data.valid_sets) if data.get("valid_sets") else None,
-        data.src_lang,
-        data.tgt_lang,
-        data.get("data_dir"),
-        data.get("hub_id"),
-        data.get("hub_config"),
-        data.get("valid_split", "val"),
-    )
+    sets = DataSettings.from_config(_to_plain_dict(data)).corpora.valid_sets  # every data key checked
     names = [s.name for s in sets]
     metric, select_on = str(cfg.checkpoint.get("metric", "bleu")), cfg.checkpoint.get("select_on")
     selection = choose_selection(metric, select_on, names)
     # BLEU's tokenizer, for every language scored, before an update rather than at the first
     # validation: a missing extra (MeCab) or a mistyped name stops the run now, saying what to install.
-    languages = sorted({str(data.tgt_lang), *(s.tgt_lang for s in sets if s.tgt_lang)})
+    languages = sorted({str(data.tgt_lang), *(s.location.tgt_lang for s in sets)})
     check_bleu_tokenizers(languages, cfg.get("bleu_tokenize"), "bleu_tokenize")
     precision = resolve_precision(cfg)
     record.valid_set_names = names

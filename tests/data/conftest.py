@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from data.tokenizer import SubwordTokenizer, train_sentencepiece
+from data.spm_training import train_sentencepiece
+from data.tokenizer import SubwordTokenizer
 from tests.toy_text import make_pairs, write_split
 
 VOCAB = 40  # small enough for one side of the toy lexicon with the unigram model

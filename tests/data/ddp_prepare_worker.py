@@ -17,6 +17,7 @@ import lightning as L
 import torch
 
 from data import prepared as prepared_mod
+from data import spm_training
 from data import tokenizer as tok_mod
 from data.datamodule import TranslationDataModule
 
@@ -52,7 +53,7 @@ class Recorder(L.LightningModule):
 def main(corpus_dir: str, cache_dir: str, out: str) -> None:
     torch.set_num_threads(1)
     _counted(prepared_mod, "write_pairs", "corpus_splits_written")
-    _counted(tok_mod, "train_sentencepiece", "sentencepiece_trained")
+    _counted(spm_training, "train_sentencepiece", "sentencepiece_trained")
     _counted(tok_mod.SubwordTokenizer, "encode", "encode_calls")
     dm = TranslationDataModule(data_dir=corpus_dir, vocab_size=64, max_tokens=300, cache_dir=cache_dir)
     dm.prepare_data()

@@ -280,7 +280,8 @@ def test_tokenized_pairs_gather_rows_across_record_batches_in_batch_order() -> N
     import pyarrow as pa
     from datasets.table import InMemoryTable
 
-    from data.batching import TokenizedPairs, collate_columns
+    from data.batching import collate_columns
+    from data.tokenized_pairs import TokenizedPairs
 
     rng = np.random.default_rng(0)
     src = [rng.integers(4, 50, rng.integers(1, 9)).tolist() for _ in range(60)]

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from data.corpora import TrainingCorpus, ValidationSet, parse_corpora, parse_valid_sets, target_tag
+from data.corpus import CorpusLocation
 from data.datamodule import TranslationDataModule
 from data.tokenizer import SpmModelError, load_run_tokenizers
 from tests.toy_text import make_pairs, write_split
@@ -137,7 +138,7 @@ def test_a_given_model_that_would_split_a_tag_is_refused(tmp_path):
 )
 def test_a_bad_corpus_entry_is_refused_naming_it(entry, message):
     with pytest.raises(ValueError, match=message):
-        parse_corpora([{"name": "a"}, entry], "de", "en", "/d", None, None, "train")
+        parse_corpora([{"name": "a"}, entry], CorpusLocation("de", "en", "/d"))
 
 
 def test_an_entry_takes_the_main_corpus_settings_it_does_not_give():
@@ -145,9 +146,9 @@ def test_an_entry_takes_the_main_corpus_settings_it_does_not_give():
         {"name": "bt", "data_dir": "/bt", "split": "mono", "tag": "<BT>"},
         {"name": "clean", "tgt_lang": "fr"},
     ]
-    [own, inherited] = parse_corpora(entries, "de", "en", "/main", None, None, "train")
-    assert own == TrainingCorpus("bt", "/bt", None, None, "mono", "de", "en", 1.0, "<BT>")
-    assert inherited == TrainingCorpus("clean", "/main", None, None, "train", "de", "fr", 1.0, None)
+    [own, inherited] = parse_corpora(entries, CorpusLocation("de", "en", "/main"))
+    assert own == TrainingCorpus("bt", CorpusLocation("de", "en", "/bt", train_split="mono"), 1.0, "<BT>")
+    assert inherited == TrainingCorpus("clean", CorpusLocation("de", "fr", "/main"), 1.0, None)
     assert own.source_prefix(target_lang_tags=True) == "<2en> <BT> "
     assert target_tag("fr") == "<2fr>"
 
@@ -195,13 +196,13 @@ def test_validation_sets_replace_the_main_validation_split_each_with_its_languag
 )
 def test_a_bad_validation_set_entry_is_refused_naming_it(entry, message):
     with pytest.raises(ValueError, match=message):
-        parse_valid_sets([{"name": "a"}, entry], "de", "en", "/d", None, None, "val")
+        parse_valid_sets([{"name": "a"}, entry], CorpusLocation("de", "en", "/d"))
 
 
 def test_a_validation_set_takes_the_main_corpus_settings_it_does_not_give():
     entries = [{"name": "old", "data_dir": "/old", "split": "dev", "tag": "<old>"}, {"name": "main"}]
-    [own, inherited] = parse_valid_sets(entries, "de", "en", "/main", None, None, "val")
-    assert own == ValidationSet("old", "/old", None, None, "dev", "de", "en", "<old>")
-    assert inherited == ValidationSet("main", "/main", None, None, "val", "de", "en", None)
+    [own, inherited] = parse_valid_sets(entries, CorpusLocation("de", "en", "/main"))
+    assert own == ValidationSet("old", CorpusLocation("de", "en", "/old", valid_split="dev"), "<old>")
+    assert inherited == ValidationSet("main", CorpusLocation("de", "en", "/main"), None)
     assert own.split_key == "validation/old" and own.source_prefix(target_lang_tags=True) == "<2en> <old> "
-    assert parse_valid_sets(None, "de", "en", "/main", None, None, "val") == []
+    assert parse_valid_sets(None, CorpusLocation("de", "en", "/main")) == []

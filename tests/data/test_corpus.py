@@ -15,9 +15,9 @@ from data.corpus import (
     HUB_SPLITS,
     MULTI30K_HUB_ID,
     CorpusError,
+    CorpusLocation,
     CorpusNotFoundError,
     iter_parallel_blocks,
-    resolve_corpus_source,
     shared_data_dir,
 )
 from data.lines import LineMode, read_lines
@@ -30,7 +30,9 @@ def local_corpus(
     data_dir: Path, src_lang: str = "de", tgt_lang: str = "en", **splits: str
 ) -> datasets.DatasetDict:
     """The splits train.py prepares from ``data_dir`` (in memory, no hub fallback)."""
-    return prepare_corpus(src_lang, tgt_lang, str(data_dir), fallback_hub_id=None, **splits).splits
+    return prepare_corpus(
+        CorpusLocation(src_lang, tgt_lang, str(data_dir), fallback_hub_id=None, **splits)
+    ).splits
 
 
 # Characters that str.splitlines() or universal newlines treat as line breaks.
@@ -113,7 +115,9 @@ def test_hub_layouts_normalized_without_network(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(corpus_mod.datasets, "load_dataset", lambda hub_id, config: hubs[hub_id])
 
     def hub(hub_id: str, src: str, tgt: str, valid_split: str = "validation") -> datasets.DatasetDict:
-        return prepare_corpus(src, tgt, hub_id=hub_id, valid_split=valid_split, test_split="test").splits
+        return prepare_corpus(
+            CorpusLocation(src, tgt, hub_id=hub_id, valid_split=valid_split, test_split="test")
+        ).splits
 
     out = hub("flat", "de", "en")["test"]
     assert out.column_names == ["id", "src", "tgt"]
@@ -203,7 +207,7 @@ def test_source_order_data_dir_env_shared_then_hub(
     def train_size() -> int:
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="data.prepared"):
-            corpus = prepare_corpus("de", "en", data_dir=data_dir).splits
+            corpus = prepare_corpus(CorpusLocation("de", "en", data_dir=data_dir)).splits
         return len(corpus["train"])
 
     data_dir: str | None = str(explicit)  # 1. an explicit data_dir beats everything local
@@ -224,11 +228,13 @@ def test_source_order_data_dir_env_shared_then_hub(
     assert f"Hugging Face hub dataset {MULTI30K_HUB_ID} (splits train/validation/test" in caplog.text
 
     # An explicit hub_id still comes first, with the split names it is given.
-    source = resolve_corpus_source(str(explicit), hub_id="some/hub-id", valid_split="dev", test_split="tst")
+    source = CorpusLocation(
+        data_dir=str(explicit), hub_id="some/hub-id", valid_split="dev", test_split="tst"
+    ).resolve()
     assert (source.hub_id, source.data_dir, source.splits) == ("some/hub-id", None, ("train", "dev", "tst"))
     # Without a fallback, a missing shared directory stays the error it always was.
     with pytest.raises(CorpusNotFoundError, match=f"corpus directory {shared_dir} does not exist"):
-        prepare_corpus("de", "en", fallback_hub_id=None)
+        prepare_corpus(CorpusLocation("de", "en", fallback_hub_id=None))
 
 
 def test_explicit_directories_that_do_not_exist_are_errors_not_downloads(
@@ -236,10 +242,10 @@ def test_explicit_directories_that_do_not_exist_are_errors_not_downloads(
 ) -> None:
     calls = _fake_hub(monkeypatch, _hub_multi30k(8))
     with pytest.raises(FileNotFoundError, match=f"corpus directory {tmp_path / 'typo'} does not exist"):
-        prepare_corpus("de", "en", data_dir=str(tmp_path / "typo"))
+        prepare_corpus(CorpusLocation("de", "en", data_dir=str(tmp_path / "typo")))
     monkeypatch.setenv("MULTI30K_DIR", str(tmp_path / "typo2"))
     with pytest.raises(FileNotFoundError, match="typo2 does not exist"):
-        prepare_corpus("de", "en")
+        prepare_corpus(CorpusLocation("de", "en"))
     assert calls == []
 
 
@@ -256,8 +262,8 @@ def test_hub_fallback_gives_the_corpus_the_local_files_give(
     rows = datasets.Dataset.from_dict({"en": tgt, "de": src})
     _fake_hub(monkeypatch, datasets.DatasetDict({split: rows for split in HUB_SPLITS}))
 
-    local = prepare_corpus("de", "en", data_dir=str(tmp_path / "local")).splits
-    hub = prepare_corpus("de", "en").splits  # nothing local: the fallback
+    local = prepare_corpus(CorpusLocation("de", "en", data_dir=str(tmp_path / "local"))).splits
+    hub = prepare_corpus(CorpusLocation("de", "en")).splits  # nothing local: the fallback
     for split in ("train", "validation", "test"):
         assert hub[split].to_dict() == local[split].to_dict(), split
     assert hub["train"]["id"] == [*range(len(HOSTILE)), len(src) - 1]  # row index before filtering
@@ -272,7 +278,7 @@ def test_unreachable_hub_fallback_is_one_message_naming_every_option(
         monkeypatch, ConnectionError("Couldn't reach 'bentrevett/multi30k' on the Hub (OfflineModeIsEnabled)")
     )
     with pytest.raises(CorpusNotFoundError) as err:
-        prepare_corpus("de", "en")
+        prepare_corpus(CorpusLocation("de", "en"))
     msg = str(err.value)
     assert isinstance(err.value, FileNotFoundError)
     assert "data.data_dir=PATH" in msg and "$MULTI30K_DIR=PATH" in msg and str(shared_dir) in msg
@@ -284,7 +290,7 @@ def test_unreachable_hub_fallback_is_one_message_naming_every_option(
 def test_unreachable_explicit_hub_id_names_the_dataset(monkeypatch: pytest.MonkeyPatch) -> None:
     _no_hub(monkeypatch, ConnectionError("Couldn't reach 'wmt14' on the Hub (ConnectError)"))
     with pytest.raises(CorpusNotFoundError, match=r"cannot read hub dataset wmt14 \(de-en\): Couldn't reach"):
-        prepare_corpus("de", "en", hub_id="wmt14", hub_config="de-en")
+        prepare_corpus(CorpusLocation("de", "en", hub_id="wmt14", hub_config="de-en"))
 
 
 # ------------------------------------------------------------------ streaming in blocks

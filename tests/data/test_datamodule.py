@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 import re
 from collections import Counter
@@ -17,6 +16,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from data.datamodule import TranslationDataModule
+from data.settings import config_defaults
 from data.tokenizer import EOS_ID, PAD_ID, load_run_tokenizers
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -257,7 +257,7 @@ def _composed(name: str) -> dict:
 
 
 def test_configs_map_one_to_one_and_every_key_is_commented(tiny_corpus_dir: Path, tmp_path: Path) -> None:
-    params = set(inspect.signature(TranslationDataModule.__init__).parameters) - {"self"}
+    params = set(config_defaults())  # the keys TranslationDataModule(**config) reads
     multi30k = _composed("multi30k")
     assert set(multi30k) - {"_target_", "_convert_"} == params
     hub = _composed("hub")
@@ -323,6 +323,7 @@ def test_hub_translation_column_streams_through_the_same_preparation(
 
     from data import arrow_pairs
     from data import corpus as corpus_mod
+    from data import hub as hub_mod
     from data import prepared as prepared_mod
     from tests.toy_text import make_pairs
 
@@ -343,7 +344,7 @@ def test_hub_translation_column_streams_through_the_same_preparation(
         return real_load_dataset("parquet", data_files=files, cache_dir=str(tmp_path / "hf"))
 
     monkeypatch.setattr(corpus_mod.datasets, "load_dataset", load_dataset)
-    monkeypatch.setattr(corpus_mod, "_HUB_BLOCK_ROWS", 700)  # several blocks, as for millions of rows
+    monkeypatch.setattr(hub_mod, "_HUB_BLOCK_ROWS", 700)  # several blocks, as for millions of rows
     args = {
         "hub_id": "someone/wmt-like",
         "hub_config": "de-en",

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from data.corpus import CorpusLocation
 from data.filters import PairFilter, PairFilters, normalise
 from data.prepared import prepare_corpus
 from tests.data.conftest import write_file
@@ -62,12 +63,16 @@ def _corpus(directory: Path) -> Path:
 def test_the_training_split_is_cleaned_where_read_counted_and_cached_apart(tmp_path, caplog):
     corpus, cache = _corpus(tmp_path / "corpus"), tmp_path / "cache"
     with caplog.at_level(logging.INFO, logger="data.prepared"):
-        cleaned = prepare_corpus("de", "en", data_dir=str(corpus), cache_dir=str(cache), filters=ALL)
+        cleaned = prepare_corpus(
+            CorpusLocation("de", "en", data_dir=str(corpus)), cache_dir=str(cache), filters=ALL
+        )
     assert cleaned.splits["train"]["id"] == [0, 7]  # the line numbers of the two kept
     assert len(cleaned.splits["validation"]) == len(cleaned.splits["test"]) == len(PAIRS)
     assert cleaned.filtered == {"empty": 1, "min_len": 1, "max_len": 1, "copies": 1, "duplicates": 2}
     assert "data.filters dropped 1 pairs (empty), 1 pairs (min_len)" in caplog.text
-    again = prepare_corpus("de", "en", data_dir=str(corpus), cache_dir=str(cache), filters=ALL)
+    again = prepare_corpus(
+        CorpusLocation("de", "en", data_dir=str(corpus)), cache_dir=str(cache), filters=ALL
+    )
     assert again.reused and again.filtered == cleaned.filtered
-    plain = prepare_corpus("de", "en", data_dir=str(corpus), cache_dir=str(cache))
+    plain = prepare_corpus(CorpusLocation("de", "en", data_dir=str(corpus)), cache_dir=str(cache))
     assert not plain.reused and len(plain.splits["train"]) == len(PAIRS)  # another cache entry

@@ -15,7 +15,7 @@ from data import atomic as atomic_mod
 from data import corpus as corpus_mod
 from data import lines as lines_mod
 from data import prepared as prepared_mod
-from data import tokenizer as tok_mod
+from data import spm_training
 from data.datamodule import TranslationDataModule
 from data.tokenizer import SubwordTokenizer
 
@@ -46,7 +46,7 @@ def _corpus_killed_midway(m: pytest.MonkeyPatch) -> None:
 
 
 def _sentencepiece_killed(m: pytest.MonkeyPatch) -> None:
-    m.setattr(tok_mod, "train_sentencepiece", _kill_self)
+    m.setattr(spm_training, "train_sentencepiece", _kill_self)
 
 
 def _tokenize_killed_midway(m: pytest.MonkeyPatch) -> None:
@@ -122,7 +122,7 @@ def test_kill_9_at_each_stage_then_the_next_run_redoes_it(
     assert all(not left[s] for s in stages[stages.index(stage) + 1 :])
 
     writes = _count(monkeypatch, prepared_mod, "write_pairs")
-    trainings = _count(monkeypatch, tok_mod, "train_sentencepiece")
+    trainings = _count(monkeypatch, spm_training, "train_sentencepiece")
     dm = _datamodule(tiny_corpus_dir, cache)
     dm.setup("fit")
     assert len(writes) == (3 if stage == "corpus" else 0)  # redone only where missing
@@ -168,7 +168,7 @@ def test_full_disk_while_writing_the_corpus_or_the_model(
     assert _complete_entries(cache)["corpus"] == []
     assert list(cache.rglob(".*.tmp")) == []  # the half-written file was removed at once
 
-    real_train = tok_mod.train_sentencepiece
+    real_train = spm_training.train_sentencepiece
 
     def train_then_fill_the_disk(*args: object, **kwargs: object) -> SubwordTokenizer:
         tokenizer = real_train(*args, **kwargs)
@@ -176,7 +176,7 @@ def test_full_disk_while_writing_the_corpus_or_the_model(
         return tokenizer
 
     with monkeypatch.context() as m:
-        m.setattr(tok_mod, "train_sentencepiece", train_then_fill_the_disk)
+        m.setattr(spm_training, "train_sentencepiece", train_then_fill_the_disk)
         with pytest.raises(OSError, match="No space left"):
             _datamodule(tiny_corpus_dir, cache).prepare_data()
     monkeypatch.undo()

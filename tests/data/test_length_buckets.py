@@ -12,9 +12,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from data.batching import PairColumns, TokenBucketBatchSampler, collate_columns
+from data.batching import TokenBucketBatchSampler, collate_columns
 from data.datamodule import TranslationDataModule
 from data.length_buckets import LengthBuckets, bucketed_padding, distinct_shapes
+from data.tokenized_pairs import PairColumns
 from data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from training.module import token_losses
 from transformer import Transformer, TransformerConfig

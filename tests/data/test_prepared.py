@@ -11,7 +11,7 @@ from pathlib import Path
 import datasets
 import pytest
 
-from data.corpus import CorpusError
+from data.corpus import CorpusError, CorpusLocation
 from data.prepared import drop_long_pairs, prepare_corpus
 from tests.data.conftest import write_file
 
@@ -25,7 +25,7 @@ def test_blank_training_pairs_dropped_with_counts_eval_kept(
         write_file(tmp_path / f"{split}.de", "".join(s + "\n" for s in src))
         write_file(tmp_path / f"{split}.en", "".join(t + "\n" for t in tgt))
     with caplog.at_level(logging.INFO, logger="data.prepared"):
-        corpus = prepare_corpus("de", "en", data_dir=str(tmp_path)).splits
+        corpus = prepare_corpus(CorpusLocation("de", "en", data_dir=str(tmp_path))).splits
     assert corpus["train"]["src"] == ["gut", "x"]
     assert corpus["train"]["id"] == [0, 5]  # ids stay the line numbers
     assert len(corpus["validation"]) == len(corpus["test"]) == 6
@@ -94,7 +94,7 @@ def test_each_corpus_defect_is_a_corpus_error_naming_file_line_and_fix(
     if defect == "truncated gzip":
         _gz(directory, gzip.compress(_GOOD * 1000)[:40])
     with pytest.raises(CorpusError, match=message):
-        prepare_corpus("de", "en", data_dir=str(directory), fallback_hub_id=None)
+        prepare_corpus(CorpusLocation("de", "en", data_dir=str(directory), fallback_hub_id=None))
 
 
 @pytest.mark.parametrize("split", ["val", "test_2016_flickr"])
@@ -104,7 +104,7 @@ def test_an_empty_validation_or_test_split_is_an_error_naming_it(tmp_path: Path,
     write_file(directory / f"{split}.en", b"")
     name = "validation" if split == "val" else "test"
     with pytest.raises(CorpusError, match=rf"the {name} split is empty: \S+{split}\.de and"):
-        prepare_corpus("de", "en", data_dir=str(directory), fallback_hub_id=None)
+        prepare_corpus(CorpusLocation("de", "en", data_dir=str(directory), fallback_hub_id=None))
 
 
 def test_bad_lines_skip_drops_undecodable_and_nul_pairs_counting_them_by_file_and_line(
@@ -117,7 +117,7 @@ def test_bad_lines_skip_drops_undecodable_and_nul_pairs_counting_them_by_file_an
     )
     with caplog.at_level(logging.INFO, logger="data"):
         corpus = prepare_corpus(
-            "de", "en", data_dir=str(directory), bad_lines="skip", cache_dir=tmp_path / "c"
+            CorpusLocation("de", "en", data_dir=str(directory)), bad_lines="skip", cache_dir=tmp_path / "c"
         ).splits
     assert corpus["train"]["src"] == ["gut", "letzte"]
     assert corpus["train"]["id"] == [0, 3]  # ids stay the line numbers
@@ -130,21 +130,21 @@ def test_bad_lines_skip_drops_undecodable_and_nul_pairs_counting_them_by_file_an
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="data"):  # a cached corpus still says what it skipped
         again = prepare_corpus(
-            "de", "en", data_dir=str(directory), bad_lines="skip", cache_dir=tmp_path / "c"
+            CorpusLocation("de", "en", data_dir=str(directory)), bad_lines="skip", cache_dir=tmp_path / "c"
         ).splits
     assert again["train"]["src"] == ["gut", "letzte"]
     assert "reusing corpus" in caplog.text and "skipped 2 pairs" in caplog.text
     with pytest.raises(CorpusError, match="invalid UTF-8 at line 2"):  # error: not the skip's cache entry
-        prepare_corpus("de", "en", data_dir=str(directory), cache_dir=tmp_path / "c")
+        prepare_corpus(CorpusLocation("de", "en", data_dir=str(directory)), cache_dir=tmp_path / "c")
 
 
 def test_bad_lines_skip_leaves_validation_and_test_errors(tmp_path: Path) -> None:
     directory = _corpus(tmp_path / "corpus")
     write_file(directory / "val.de", b"gut\nauch \xff gut\nnoch eins\n")
     with pytest.raises(CorpusError, match=r"val\.de: invalid UTF-8 at line 2.*drops training pairs only"):
-        prepare_corpus("de", "en", data_dir=str(directory), bad_lines="skip")
+        prepare_corpus(CorpusLocation("de", "en", data_dir=str(directory)), bad_lines="skip")
     with pytest.raises(ValueError, match="data.bad_lines must be one of error, skip, not 'drop'"):
-        prepare_corpus("de", "en", data_dir=str(directory), bad_lines="drop")
+        prepare_corpus(CorpusLocation("de", "en", data_dir=str(directory)), bad_lines="drop")
 
 
 def test_windows_line_ends_are_line_ends_with_one_warning_naming_the_file(
@@ -152,7 +152,7 @@ def test_windows_line_ends_are_line_ends_with_one_warning_naming_the_file(
 ) -> None:
     directory = _corpus(tmp_path / "corpus", b"gut\r\nauch gut\r\nnoch eins\r\n")
     with caplog.at_level(logging.WARNING, logger="data"):
-        corpus = prepare_corpus("de", "en", data_dir=str(directory)).splits
+        corpus = prepare_corpus(CorpusLocation("de", "en", data_dir=str(directory))).splits
     assert corpus["train"]["src"] == ["gut", "auch gut", "noch eins"]
     warnings = [r.getMessage() for r in caplog.records]
     assert warnings == [

@@ -9,18 +9,10 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 
-from data import tokenizer as tok_mod
-from data.tokenizer import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
-    UNK_ID,
-    SubwordTokenizer,
-    load_run_tokenizers,
-    train_or_load_sentencepiece,
-    train_or_load_tokenizers,
-    train_sentencepiece,
-)
+from data import spm_training
+from data.spm_training import train_or_load_sentencepiece, train_sentencepiece
+from data.subword_models import TokenizerSettings, train_or_load_tokenizers
+from data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SubwordTokenizer, load_run_tokenizers
 from tests.data.conftest import VOCAB
 
 
@@ -28,7 +20,7 @@ def _forbid_training(monkeypatch: pytest.MonkeyPatch) -> None:
     def fail(*args: object, **kwargs: object) -> None:
         raise AssertionError("SentencePiece was trained although a cached model exists")
 
-    monkeypatch.setattr(tok_mod, "train_sentencepiece", fail)
+    monkeypatch.setattr(spm_training, "train_sentencepiece", fail)
 
 
 def test_special_ids_agree_with_model(joint: SubwordTokenizer) -> None:
@@ -103,21 +95,25 @@ def test_joint_and_separate_models_copied_to_run_dir(
 ) -> None:
     src, tgt = [s for s, _ in pairs], [t for _, t in pairs]
     cache = tmp_path / "cache"
-    s_tok, t_tok = train_or_load_tokenizers(src, tgt, cache, tmp_path / "run1", vocab_size=VOCAB)
+    one_model, per_side = (
+        TokenizerSettings(vocab_size=VOCAB),
+        TokenizerSettings(joint_vocab=False, vocab_size=VOCAB),
+    )
+    s_tok, t_tok = train_or_load_tokenizers(src, tgt, one_model, cache, tmp_path / "run1")
     assert s_tok is t_tok
     assert (tmp_path / "run1" / "tokenizer" / "joint.model").is_file()
     s_run, t_run = load_run_tokenizers(tmp_path / "run1")
     assert s_run is t_run and s_run.fingerprint == s_tok.fingerprint
 
-    s_tok, t_tok = train_or_load_tokenizers(src, tgt, cache, tmp_path / "run2", joint=False, vocab_size=VOCAB)
+    s_tok, t_tok = train_or_load_tokenizers(src, tgt, per_side, cache, tmp_path / "run2")
     assert s_tok.fingerprint != t_tok.fingerprint
     s_run, t_run = load_run_tokenizers(tmp_path / "run2")
     assert (s_run.fingerprint, t_run.fingerprint) == (s_tok.fingerprint, t_tok.fingerprint)
 
     with monkeypatch.context() as m:  # a second run with the same corpus reuses all models
         _forbid_training(m)
-        train_or_load_tokenizers(src, tgt, cache, tmp_path / "run3", vocab_size=VOCAB)
-        train_or_load_tokenizers(src, tgt, cache, tmp_path / "run4", joint=False, vocab_size=VOCAB)
+        train_or_load_tokenizers(src, tgt, one_model, cache, tmp_path / "run3")
+        train_or_load_tokenizers(src, tgt, per_side, cache, tmp_path / "run4")
     with pytest.raises(FileNotFoundError):
         load_run_tokenizers(tmp_path / "nothing")
 
@@ -125,7 +121,7 @@ def test_joint_and_separate_models_copied_to_run_dir(
 def test_sentencepiece_sample_is_all_in_order_or_a_seeded_uniform_subset() -> None:
     import pyarrow as pa
 
-    from data.tokenizer import sample_sentences
+    from data.spm_training import sample_sentences
 
     src = [f"quelle {i}" for i in range(500)]
     tgt = [f"target {i}" for i in range(300)]
