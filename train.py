@@ -21,9 +21,9 @@ from fastpaths.allocators import configure_allocators
 
 configure_allocators()  # before torch is imported and allocates (fastpaths/allocators.py)
 
+from common.checkpoint_file import CheckpointError  # noqa: E402
 from data.corpus import CorpusError, CorpusNotFoundError  # noqa: E402
 from data.tokenizer import SpmModelError  # noqa: E402
-from common.checkpoint_file import CheckpointError  # noqa: E402
 from training.moved_keys import MovedKeyError, refuse_moved_overrides  # noqa: E402
 from training.pipeline import ConfigError, train  # noqa: E402
 

@@ -55,9 +55,7 @@ def test_a_bf16_update_with_fused_adam_makes_no_host_synchronisation(normalizati
         src_vocab_size=vocab, tgt_vocab_size=vocab, d_model=32, n_heads=4, n_encoder_layers=1,
         n_decoder_layers=1, d_ff=64, dropout=0.1, share_embeddings=True,
     )  # fmt: skip
-    module = TranslationModule(
-        model, lr={"peak": 1e-3, "warmup_steps": 4}, loss_normalization=normalization
-    )
+    module = TranslationModule(model, lr={"peak": 1e-3, "warmup_steps": 4}, loss_normalization=normalization)
     count = CountUpdates()
     trainer = L.Trainer(
         accelerator="cpu", precision="bf16-mixed", gradient_clip_val=1.0, max_steps=6 // accumulate,
