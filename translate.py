@@ -6,6 +6,8 @@
     python translate.py --checkpoint a.ckpt b.ckpt --input test.de               # an ensemble
     python translate.py --checkpoint best.ckpt --sampling --topk 10 --seed 1 < mono.de
     python translate.py --checkpoint best.ckpt --input test.de --score-references test.en
+    python translate.py --checkpoint best.ckpt --input mono.de --output part0.en --shard 0/2
+    python3 -m translation.parts part0.en part1.en > mono.en                     # the shards merged
 
 Only translations go to stdout; progress, warnings and scores go to stderr. A broken checkpoint or
 a wrong option gives a one-line error and exit status 2. The command line only: it parses, builds
@@ -38,6 +40,7 @@ from translation.inputs import check_readable
 from translation.options import DTYPES, PROG
 from translation.pipeline import TranslationRun
 from translation.scoring import score_input
+from translation.shards import ShardError
 from translation.translator import Translator
 from translation.usage import UsageError, parse_args, search_options
 from translation.workers import WorkerPool
@@ -114,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     with stderr_logging(args.quiet):
         try:
             run(args)
-        except (CheckpointError, UsageError) as err:
+        except (CheckpointError, UsageError, ShardError) as err:
             what = "checkpoint " if isinstance(err, CheckpointError) else ""
             message = " ".join(str(err).split("\n"))
             sys.stderr.write(f"{PROG}: error: {what}{message}\n")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from data.lines import LineMode, decode_lines
 from translation.parts import FILE_PART_LINES, count_lines, file_parts
-from translation.shards import WHOLE, Shard
+from translation.shards import WHOLE, InputDigest, Shard
 from translation.stream import line_chunks
 from translation.usage import UsageError
 
@@ -59,6 +59,7 @@ def read_input(
     buffer_size: int | None,
     shard: Shard | None = None,
     skip: int = 0,
+    digest: InputDigest | None = None,
 ) -> Input:
     """The input: the ``sentences`` if any, else the file at ``path``, else standard input.
 
@@ -69,6 +70,7 @@ def read_input(
             :data:`~translation.parts.FILE_PART_LINES`), the most of standard input's.
         shard: ``--shard`` of a file, or None for all of it.
         skip: the lines of the file (of the shard) that ``--resume`` skips.
+        digest: fed every line of the file as it is read (a shard's record).
     """
     if sentences:
         # Each argument is one line; os.fsencode recovers the bytes of undecodable arguments.
@@ -84,7 +86,7 @@ def read_input(
                 Path(path).open("rb").close()
             except OSError as err:
                 raise UsageError(f"--input {path}: {err.strerror or err}") from None
-        parts = file_parts(path, buffer_size or FILE_PART_LINES, shard or WHOLE, skip)
+        parts = file_parts(path, buffer_size or FILE_PART_LINES, shard or WHOLE, skip, digest)
         return Input(parts, path, count_lines(path) if regular and shard is None else None)
     return Input(_stdin_parts(buffer_size), "<stdin>", None)
 

@@ -140,7 +140,8 @@ def _add_input_output(io: argparse._ArgumentGroup) -> None:
         "--shard",
         metavar="I/N",
         help="translate the I-th of N shards of --input FILE (I from 0): its parts of --buffer-size "
-        "lines I, I+N, I+2N, ...; python3 -m translation.parts interleaves the N outputs into one",
+        "lines I, I+N, I+2N, ..., into --output OUT, beside which OUT.shard.json records what it holds; "
+        "python3 -m translation.parts merges the N outputs into one",
     )
 
 

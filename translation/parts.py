@@ -8,8 +8,10 @@ being translated only. ``--resume`` continues an interrupted ``--output`` file
 (``translation/resume.py``).
 
 ``--shard I/N`` splits a corpus between N processes or machines: process I translates parts I,
-I + N, I + 2N, ... (``translation/shards.py``); ``python3 -m translation.parts`` (:func:`main`)
-interleaves the N outputs back into one, part by part, given the same ``--buffer-size``.
+I + N, I + 2N, ... and records what its output holds beside it (``translation/shards.py``).
+``python3 -m translation.parts OUT0 OUT1 ...`` (:func:`main`) merges the N outputs into one, in
+input order, from their records alone: no setting is repeated by hand, and outputs that are not
+the N complete shards of one input are refused, naming the file at fault.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from data.lines import LineMode, decode_lines
-from translation.shards import WHOLE, merge_shards
+from translation.shards import WHOLE, InputDigest, ShardError, merge_shards
 from translation.stream import line_chunks
 
 # Lines a part of an --input file holds by default: thousands of sentences to sort into batches,
@@ -44,6 +46,7 @@ def file_parts(
     part_lines: int,
     shard: tuple[int, int] = WHOLE,
     skip: int = 0,
+    digest: InputDigest | None = None,
 ) -> Iterator[tuple[int, list[str]]]:
     """``(number of its first line, lines)`` of each part of ``path`` this shard translates.
 
@@ -52,11 +55,15 @@ def file_parts(
         part_lines: lines per part (the last may have fewer).
         shard: (I, N): every N-th part from part I.
         skip: lines of this shard's parts already translated (``--resume``): not yielded.
+        digest: fed every line of the input, this shard's or not, as it is read: once the
+            parts are exhausted, the whole input's fingerprint.
     """
     index, count = shard
     number = 1
     with open(path, "rb") as f:
         for part, chunk in enumerate(_whole_chunks(f, part_lines)):
+            if digest is not None:
+                digest.update(chunk)
             first = number
             number += len(chunk)
             if part % count != index:
@@ -83,21 +90,24 @@ def _whole_chunks(f: BinaryIO, part_lines: int) -> Iterator[list[bytes]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python3 -m translation.parts OUT0 OUT1 ...``: the shards merged to stdout; 0, or 1 with
+    a one-line error naming the file at fault."""
     parser = argparse.ArgumentParser(
         prog="python3 -m translation.parts",
-        description="Interleave the outputs of translate.py --shard 0/N .. N-1/N into one (stdout).",
+        description="Merge the outputs of translate.py --output OUT --shard I/N, I = 0 .. N-1, into one "
+        "in input order (stdout), as the record beside each (OUT.shard.json) says.",
     )
-    parser.add_argument("outputs", nargs="+", help="the shards' --output files, shard 0 first")
+    parser.add_argument("outputs", nargs="+", help="the shards' --output files, in any order")
     parser.add_argument(
         "--buffer-size",
         type=int,
-        default=FILE_PART_LINES,
-        help=f"the --buffer-size the shards ran with (default: {FILE_PART_LINES})",
+        metavar="N",
+        help="not needed (the shards' records give their part size); given, the shards must have it",
     )
     args = parser.parse_args(argv)
     try:
-        merge_shards(args.outputs, args.buffer_size, sys.stdout.buffer)
-    except (OSError, ValueError) as err:
+        merge_shards(args.outputs, sys.stdout.buffer, args.buffer_size)
+    except (OSError, ShardError) as err:
         sys.stderr.write(f"translation.parts: {err}\n")
         return 1
     return 0

@@ -1,10 +1,10 @@
 """What ``translate.py`` does with a loaded translator: the input translated part by part.
 
 :class:`TranslationRun` is the recipe: :meth:`~TranslationRun.start` (``--resume``'s cut and
-skip), then each part of the input translated and its lines written and flushed before the next
-part is read (:meth:`~TranslationRun.translate_part`), then what needs the whole run: the speed
-logged, the line counts of ``--references`` and ``--prefix`` checked, attention plots drawn and
-the scores of ``--references`` printed. An
+skip, a shard's record), then each part of the input translated and its lines written and
+flushed before the next part is read (:meth:`~TranslationRun.translate_part`), then what needs the
+whole run: the shard's record finished, the speed logged, the line counts of ``--references``
+and ``--prefix`` checked, attention plots drawn and the scores of ``--references`` printed. An
 ``--input`` of millions of lines is never held: only ``--references`` keeps the translations.
 """
 
@@ -17,6 +17,7 @@ import logging
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import BinaryIO
 
 from tqdm import tqdm
@@ -26,7 +27,7 @@ from translation.inputs import AlignedFile, Input, Parts, read_input
 from translation.outputs import best_lines, nbest_rows, open_output, write_lines
 from translation.parts import FILE_PART_LINES
 from translation.resume import resume_point
-from translation.shards import WHOLE
+from translation.shards import WHOLE, InputDigest, ShardRecord, check_resumable
 from translation.translator import Translation, Translator
 from translation.usage import UsageError
 from translation.workers import WorkerPool
@@ -67,13 +68,14 @@ class TranslationRun:
         self.args, self.translator, self.pool = args, translator, pool
         self.references = AlignedFile.read("--references", args.references)
         self.prefixes = AlignedFile.read("--prefix", args.prefix)
+        self.digest = InputDigest() if args.shard else None
         self.tally = Tally()
 
     def run(self) -> None:
         """Reads the input, translates it part by part and writes every output asked for."""
         args = self.args
-        skip = self.start()
-        source = read_input(args.sentences, args.input, args.buffer_size, args.shard, skip)
+        skip, record = self.start()
+        source = read_input(args.sentences, args.input, args.buffer_size, args.shard, skip, self.digest)
         for aligned in (self.references, self.prefixes):
             if aligned is not None and source.known is not None:  # before translating, where known
                 aligned.check_count(source.known, source.name)
@@ -89,16 +91,30 @@ class TranslationRun:
                 write_lines(best, out)
                 if nbest_out is not None:
                     write_lines(nbest_rows(results, first), nbest_out)
+        if record is not None:
+            assert self.digest is not None
+            record.finish(self.digest, skip + self.tally.lines, args.input).write(args.output)
         self.finish(source.name)
 
-    def start(self) -> int:
+    def start(self) -> tuple[int, ShardRecord | None]:
         """The lines of the input (of the shard) that ``--resume`` skips, its output files cut to
-        them (the lines complete in both ``--output`` and ``--nbest-output``)."""
+        them; and the record a shard's output keeps, written (unfinished) before the output is."""
         args = self.args
-        if not args.resume:
-            return 0
         part_lines = args.buffer_size or FILE_PART_LINES
-        return resume_point(args.output, args.nbest_output, args.shard or WHOLE, part_lines)
+        output = None if args.output is None else Path(args.output)
+        holds_lines = output is not None and output.exists() and output.stat().st_size > 0
+        skip = 0
+        if args.resume:  # the lines complete in --output (and --nbest-output), to which both are cut
+            if holds_lines:
+                check_resumable(output, args.shard, part_lines)
+            skip = resume_point(output, args.nbest_output, args.shard or WHOLE, part_lines)
+        if args.shard is None:
+            return skip, None
+        # A resumed shard keeps its record's fingerprint of the input, to check the input against.
+        kept = ShardRecord.read(output) if args.resume and holds_lines else None
+        record = kept.unfinished() if kept else ShardRecord(args.input, *args.shard, part_lines)
+        record.write(output)
+        return skip, record
 
     def _announce_resume(self, source: Input, skip: int) -> Parts:
         """``source``'s parts as they were, once it is logged where ``--resume`` continues."""

@@ -151,6 +151,8 @@ def _check_input_output(args: argparse.Namespace) -> None:
         raise UsageError("give sentences as arguments or --input, not both")
     if args.shard is not None and args.input in (None, "-"):
         raise UsageError("--shard splits an --input FILE: give one")
+    if args.shard is not None and not args.output:
+        raise UsageError("--shard records what it holds beside an --output FILE: give one")
     if args.resume and not args.output:
         raise UsageError("--resume continues an --output FILE: give one")
     if args.resume and (args.input in (None, "-") or args.sentences):
@@ -176,6 +178,7 @@ def _check_score_references(args: argparse.Namespace) -> None:
             ("--prefix", args.prefix),
             ("--sampling", args.sampling),
             ("--workers", args.workers > 1),  # scores are made in this process
+            ("--shard", args.shard),  # a shard's scores would fail the count check at the end
         )
         if value
     ]

@@ -17,7 +17,7 @@ from tests.test_translate import ROOT, toy_checkpoint  # noqa: F401 (a fixture)
 from tests.toy_text import toy_pairs
 from translation.parts import count_lines, file_parts
 from translation.resume import resume_lines, resume_nbest, resume_point
-from translation.shards import input_line, merge_shards, parse_shard, shard_position
+from translation.shards import input_line, interleave, merge_shards, parse_shard, shard_position
 
 SOURCES = [s for s, _ in toy_pairs(120, seed=11)] + ["", "  "]
 
@@ -43,7 +43,7 @@ def test_a_file_comes_in_parts_and_every_shard_cuts_the_same_parts(tmp_path):
     for i, shard in enumerate(shards):
         outputs.append(tmp_path / f"out{i}")
         outputs[-1].write_bytes(b"".join(line.encode() + b"\n" for _, lines in shard for line in lines))
-    assert merge_shards(outputs, 5, out) == 24
+    assert interleave(outputs, 5, out) == 24
     assert out.getvalue().decode().splitlines() == [line for _, lines in parts for line in lines]
     with pytest.raises(ValueError, match="I must be from 0 to N-1"):
         parse_shard("2/2")
@@ -95,7 +95,7 @@ def test_shards_merged_give_the_whole_output(toy_checkpoint, tmp_path):  # noqa:
     for i in range(3):
         assert translate.main([*common, "--output", str(tmp_path / f"shard{i}"), "--shard", f"{i}/3"]) == 0
     merged = io.BytesIO()
-    merge_shards([tmp_path / f"shard{i}" for i in range(3)], 7, merged)
+    merge_shards([tmp_path / f"shard{i}" for i in range(3)], merged)  # the records give the part size
     assert merged.getvalue() == (tmp_path / "whole").read_bytes()
 
 
