@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import BinaryIO
 
-from translation.translator import Score, Translation
+from translation.results import Score, Translation
 from translation.usage import UsageError
 
 

@@ -26,9 +26,10 @@ from translation.console import progress_bar
 from translation.inputs import AlignedFile, Input, Parts, read_input
 from translation.outputs import best_lines, nbest_rows, open_output, write_lines
 from translation.parts import FILE_PART_LINES
+from translation.results import Translation
 from translation.resume import resume_point
 from translation.shards import WHOLE, InputDigest, ShardRecord, check_resumable
-from translation.translator import Translation, Translator
+from translation.translator import Translator
 from translation.usage import UsageError
 from translation.workers import WorkerPool
 

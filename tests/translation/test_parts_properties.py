@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 import translate
 from translation.parts import count_lines
 from translation.pipeline import TranslationRun
+from translation.results import Translation
 from translation.shards import ShardRecord, merge_shards
-from translation.translator import Translation
 
 PROPS = settings(max_examples=60, deadline=None, database=None)
 
