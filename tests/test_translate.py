@@ -458,7 +458,10 @@ def test_reference_count_mismatch_is_an_error(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--beam-size", "2", "--nbest", "3"], "--nbest 3 is larger than --beam-size 2"),
+        (
+            ["--beam-size", "2", "--nbest", "3"],
+            "--nbest 3 must be between 1 and the beam size (--beam-size 2)",
+        ),
         (["--greedy", "--nbest-output", "x.tsv"], "--nbest-output needs beam search"),
         (["--max-tokens", "0"], "--max-tokens must be at least 1"),
         (["--workers", "0"], "--workers must be at least 1"),

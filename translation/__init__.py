@@ -11,8 +11,16 @@ Modules, one concept each:
 * ``translation.checkpoint``: the checkpoint contract between training and inference (writing,
   reading, checking every part, one-line ``CheckpointError``).
 * ``translation.translator``: ``Translator`` (encode, crop, search through ``decoding.Searcher``,
-  decode, in input order), ``SearchOptions`` (``decoding.DecodingConfig``), ``Translation``.
+  decode, in input order), ``SearchOptions`` (``decoding.DecodingConfig``); what it returns
+  (``Translation``, ``Score``) in ``translation.results``, the device it runs on checked by
+  ``translation.device``, an ensemble's checkpoints by ``translation.ensemble_check``.
 * ``translation.workers``: ``WorkerPool``, decoding in single-thread CPU processes.
+* ``translation.parts``, ``translation.resume``, ``translation.shards``: a large ``--input`` in
+  parts, ``--resume`` and ``--shard`` (and ``python3 -m translation.parts``, the shards merged).
+* ``translation.options``, ``translation.usage``, ``translation.inputs``, ``translation.stream``,
+  ``translation.pipeline``, ``translation.scoring``, ``translation.outputs``,
+  ``translation.console``: what ``translate.py`` runs, one concept each (its options and their
+  checks, where lines come from, translating part by part, scoring, the output formats, stderr).
 * ``translation.metrics``: sacreBLEU and chrF with their signatures (``common.metrics``).
 * ``translation.attention_plot``: cross-attention heatmaps of chosen lines (matplotlib, imported
   when asked for).

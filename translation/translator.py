@@ -1,12 +1,14 @@
 """Text in, text out: a checkpoint's model with its tokenizers.
 
-The command line (``translate.py``) is a thin shell around this module and ``data/lines.py``.
-:class:`Translator` encodes and crops sentences, has them searched by ``decoding.Searcher`` (beam,
-greedy or sampling, with one model or an ensemble; batched longest first under the device's
-token budget, the same search that validation and the test stage run) and decodes the results,
-in input order; empty lines never reach the model. :meth:`Translator.score` gives given
+The command line (``translate.py``, through ``pipeline.py`` and ``scoring.py``) calls this one.
+:class:`Translator` encodes and crops sentences, has them searched by ``decoding.Searcher``
+(beam, greedy or sampling, with one model or an ensemble; batched longest first under the
+device's token budget, the same search that validation and the test stage run) and decodes the
+results, in input order; empty lines never reach the model. :meth:`Translator.score` gives given
 targets' log-probabilities instead. The model is the plain one: ``translate.py`` applies the
-device's fast paths to it (``fastpaths.optimize``) and hands their kernels over (:meth:`Translator.use`).
+device's fast paths to it (``fastpaths.optimize``) and hands their kernels over
+(:meth:`Translator.use`). What it returns is in ``results.py``; the device is checked by
+``device.py`` and an ensemble's checkpoints by ``ensemble_check.py``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,7 +30,10 @@ from decoding.budget import CPU_TOKENS
 from decoding.ensemble import Ensemble
 from decoding.scoring import target_log_probs
 from transformer import Transformer
-from translation.checkpoint import CheckpointError, InferenceCheckpoint, load_checkpoint
+from translation.checkpoint import load_checkpoint
+from translation.device import resolve_device
+from translation.ensemble_check import check_ensemble_member
+from translation.results import Score, Translation
 from translation.workers import WorkerPool
 
 logger = logging.getLogger(__name__)
@@ -40,29 +45,6 @@ DEFAULT_MAX_TOKENS = CPU_TOKENS
 SearchOptions = DecodingConfig
 
 
-def resolve_device(name: str | torch.device) -> torch.device:
-    """A torch device that exists here.
-
-    Raises:
-        ValueError: not a device name, or CUDA (or that GPU) is not available.
-    """
-    try:
-        device = torch.device(name)
-    except (RuntimeError, TypeError) as err:
-        raise ValueError(f"device {name!r}: not a device ({err})") from None
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {name!r}: CUDA is not available on this machine")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ValueError(f"device {name!r}: there are only {torch.cuda.device_count()} CUDA devices")
-    elif device.type == "mps":
-        if not torch.backends.mps.is_available():
-            raise ValueError(f"device {name!r}: MPS is not available on this machine")
-    elif device.type != "cpu":
-        raise ValueError(f"device {name!r}: only cpu, cuda and mps are supported")
-    return device
-
-
 class Tokenizer(Protocol):
     """What the translator needs from a subword model (``data.tokenizer.SubwordTokenizer`` has it)."""
 
@@ -71,43 +53,6 @@ class Tokenizer(Protocol):
     def decode(self, ids: list[list[int]]) -> list[str]: ...
 
     def id_to_piece(self, ids: list[int]) -> list[str]: ...
-
-
-@dataclass
-class Translation:
-    """One output of one sentence.
-
-    Attributes:
-        text: detokenized, on one line (no line-break characters).
-        tokens: target ids without BOS and EOS.
-        score: length-normalised log-probability (NaN for greedy search).
-        log_prob: raw log-probability (NaN for greedy search).
-        sample: with sampling, which sample of the sentence it is (0 the first drawn); else None.
-    """
-
-    text: str
-    tokens: list[int]
-    score: float
-    log_prob: float
-    sample: int | None = None
-
-
-@dataclass
-class Score:
-    """A given target's log-probability under the model (forced decoding).
-
-    Attributes:
-        log_prob: the sum over the target's tokens, EOS included.
-        tokens: how many: the target's subwords plus EOS.
-    """
-
-    log_prob: float
-    tokens: int
-
-    @property
-    def mean(self) -> float:
-        """Per token: minus the training NLL of the pair without label smoothing."""
-        return self.log_prob / self.tokens
 
 
 def _source_prefix(target_tags: dict[str, str], target_lang: str | None, tgt_lang: str) -> str:
@@ -224,7 +169,7 @@ class Translator:
         device = resolve_device(device)  # before reading: a wrong device is reported at once
         loaded = [load_checkpoint(path, dtype) for path in paths]
         for path, other in zip(paths[1:], loaded[1:], strict=True):
-            _check_ensemble_member(Path(paths[0]), loaded[0], Path(path), other)
+            check_ensemble_member(Path(paths[0]), loaded[0], Path(path), other)
         first = loaded[0]
         return cls(
             Ensemble([c.model for c in loaded], weights) if len(loaded) > 1 else first.model,
@@ -456,24 +401,3 @@ class Translator:
         included); line breaks inside a text are read as spaces.
         """
         return self.score_ids(self.encode_sources(sources), self.encode_targets(targets), max_tokens)
-
-
-def _check_ensemble_member(
-    first_path: Path, first: InferenceCheckpoint, path: Path, other: InferenceCheckpoint
-) -> None:
-    """Refuses a checkpoint that cannot be searched together with the first one, naming both."""
-    differences = []
-    for side in ("src_tokenizer", "tgt_tokenizer"):
-        if getattr(first, side).fingerprint != getattr(other, side).fingerprint:
-            differences.append(f"their {side[:3]} SentencePiece models differ")
-    for key in ("bos_id", "eos_id", "target_tags"):
-        if getattr(first, key) != getattr(other, key):
-            differences.append(f"{key} {getattr(first, key)!r} != {getattr(other, key)!r}")
-    for key in ("src_vocab_size", "tgt_vocab_size", "pad_id"):
-        if getattr(first.model.cfg, key) != getattr(other.model.cfg, key):
-            differences.append(f"{key} {getattr(first.model.cfg, key)} != {getattr(other.model.cfg, key)}")
-    if differences:
-        raise CheckpointError(
-            f"{first_path} and {path} cannot be ensembled: {'; '.join(differences)} "
-            "(an ensemble's checkpoints must share their vocabularies)"
-        )

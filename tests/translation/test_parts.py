@@ -15,17 +15,9 @@ import pytest
 import translate
 from tests.test_translate import ROOT, toy_checkpoint  # noqa: F401 (a fixture)
 from tests.toy_text import toy_pairs
-from translation.parts import (
-    _input_index,
-    _shard_index,
-    count_lines,
-    file_parts,
-    merge_shards,
-    parse_shard,
-    resume_lines,
-    resume_nbest,
-    resume_point,
-)
+from translation.parts import count_lines, file_parts
+from translation.resume import resume_lines, resume_nbest, resume_point
+from translation.shards import input_line, interleave, merge_shards, parse_shard, shard_position
 
 SOURCES = [s for s, _ in toy_pairs(120, seed=11)] + ["", "  "]
 
@@ -51,7 +43,7 @@ def test_a_file_comes_in_parts_and_every_shard_cuts_the_same_parts(tmp_path):
     for i, shard in enumerate(shards):
         outputs.append(tmp_path / f"out{i}")
         outputs[-1].write_bytes(b"".join(line.encode() + b"\n" for _, lines in shard for line in lines))
-    assert merge_shards(outputs, 5, out) == 24
+    assert interleave(outputs, 5, out) == 24
     assert out.getvalue().decode().splitlines() == [line for _, lines in parts for line in lines]
     with pytest.raises(ValueError, match="I must be from 0 to N-1"):
         parse_shard("2/2")
@@ -103,7 +95,7 @@ def test_shards_merged_give_the_whole_output(toy_checkpoint, tmp_path):  # noqa:
     for i in range(3):
         assert translate.main([*common, "--output", str(tmp_path / f"shard{i}"), "--shard", f"{i}/3"]) == 0
     merged = io.BytesIO()
-    merge_shards([tmp_path / f"shard{i}" for i in range(3)], 7, merged)
+    merge_shards([tmp_path / f"shard{i}" for i in range(3)], merged)  # the records give the part size
     assert merged.getvalue() == (tmp_path / "whole").read_bytes()
 
 
@@ -147,7 +139,7 @@ def test_a_run_killed_mid_file_and_resumed_gives_the_uninterrupted_file(toy_chec
 @pytest.mark.parametrize("shard", [(0, 1), (1, 3)])
 def test_the_resume_point_is_the_earlier_of_the_output_and_the_nbest_file(tmp_path, shard):
     part = 4
-    lines = [_input_index(k, shard, part) for k in range(12)]  # this shard's input lines (from 0)
+    lines = [input_line(k, shard, part) for k in range(12)]  # this shard's input lines (from 0)
     output, nbest = tmp_path / "out", tmp_path / "nbest"
     output.write_bytes(b"".join(b"t%d\n" % k for k in range(9)) + b"cut")  # 9 complete lines
     rows = [b"%d\t%d\t-1.0\tt%d\n" % (lines[k] + 1, r, k) for k in range(7) for r in (1, 2)]
@@ -159,7 +151,7 @@ def test_the_resume_point_is_the_earlier_of_the_output_and_the_nbest_file(tmp_pa
     # The output behind: it wins.
     output.write_bytes(b"t0\nt1\n")
     assert resume_point(output, nbest, shard, part) == 2 and nbest.read_bytes() == b"".join(rows[:4])
-    assert [_shard_index(line, shard, part) for line in lines] == list(range(12))
+    assert [shard_position(line, shard, part) for line in lines] == list(range(12))
 
 
 def test_resume_needs_an_input_file():

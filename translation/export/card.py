@@ -120,41 +120,13 @@ def model_card(
     """
     cfg = checkpoint.model.cfg
     src, tgt = checkpoint.src_lang or "<source>", ", ".join(target_languages(checkpoint)) or "<target>"
-    tags = checkpoint.target_tags
-    languages = (
-        "\n\nOne model for several target languages: each source starts with its target language's "
-        "tag and a space, "
-        + ", ".join(f"`{tag}` for {lang}" for lang, tag in sorted(tags.items()))
-        + " (`target_tags.json`; `translate.py --target-lang` puts it there)."
-        if tags
-        else ""
-    )
-    vocab = (
-        f"one joint SentencePiece vocabulary of {cfg.tgt_vocab_size} pieces"
-        if checkpoint.src_tokenizer is checkpoint.tgt_tokenizer
-        else f"SentencePiece vocabularies of {cfg.src_vocab_size} (source) and {cfg.tgt_vocab_size} "
-        "(target) pieces"
-    )
-    if facts.scores:
-        header = " | ".join(facts.scores)
-        scores = (
-            f"| test set | {header} |\n|---|{'---|' * len(facts.scores)}\n"
-            f"| {facts.test_set or '<fill in>'} | "
-            + " | ".join(f"{value:.2f}" for value in facts.scores.values())
-            + " |\n\nsacreBLEU on detokenized output, beam 5, from the training run's test stage."
-        )
-    else:
-        scores = (
-            "| test set | BLEU | chrF |\n|---|---|---|\n| <fill in> | <fill in> | <fill in> |\n\n"
-            "<fill in: e.g. the output of `python3 translate.py --checkpoint CKPT --input TEST.src "
-            "--references TEST.ref --beam-size 5`>"
-        )
     library = "ctranslate2" if fmt == "ctranslate2" else "transformers"
     fidelity = (
         "Its greedy outputs are those of the original checkpoint (`translate.py --greedy`)."
         if quantization == "float32"
         else f"Weights stored as {quantization}: outputs may differ a little from the original's."
     )
+    languages, vocab, scores = _languages_note(checkpoint), _vocabulary(checkpoint), _results(facts)
     licence = (
         MULTI30K_LICENSE
         if facts.multi30k
@@ -188,3 +160,44 @@ feed-forward {cfg.d_ff}, {"pre-LN" if cfg.norm_first else "post-LN"}; {vocab} (`
 
 {licence}
 """
+
+
+def _languages_note(checkpoint: InferenceCheckpoint) -> str:
+    """For a model of several target languages, how to ask for one; else ""."""
+    tags = checkpoint.target_tags
+    if not tags:
+        return ""
+    return (
+        "\n\nOne model for several target languages: each source starts with its target language's "
+        "tag and a space, "
+        + ", ".join(f"`{tag}` for {lang}" for lang, tag in sorted(tags.items()))
+        + " (`target_tags.json`; `translate.py --target-lang` puts it there)."
+    )
+
+
+def _vocabulary(checkpoint: InferenceCheckpoint) -> str:
+    """The SentencePiece vocabularies, in words."""
+    cfg = checkpoint.model.cfg
+    if checkpoint.src_tokenizer is checkpoint.tgt_tokenizer:
+        return f"one joint SentencePiece vocabulary of {cfg.tgt_vocab_size} pieces"
+    return (
+        f"SentencePiece vocabularies of {cfg.src_vocab_size} (source) and {cfg.tgt_vocab_size} "
+        "(target) pieces"
+    )
+
+
+def _results(facts: CardFacts) -> str:
+    """The Results section: the run's test scores, or a table to fill in."""
+    if not facts.scores:
+        return (
+            "| test set | BLEU | chrF |\n|---|---|---|\n| <fill in> | <fill in> | <fill in> |\n\n"
+            "<fill in: e.g. the output of `python3 translate.py --checkpoint CKPT --input TEST.src "
+            "--references TEST.ref --beam-size 5`>"
+        )
+    header = " | ".join(facts.scores)
+    return (
+        f"| test set | {header} |\n|---|{'---|' * len(facts.scores)}\n"
+        f"| {facts.test_set or '<fill in>'} | "
+        + " | ".join(f"{value:.2f}" for value in facts.scores.values())
+        + " |\n\nsacreBLEU on detokenized output, beam 5, from the training run's test stage."
+    )

@@ -62,13 +62,23 @@ def to_marian(model: Transformer, bos_id: int, eos_id: int):  # noqa: ANN201
     Raises:
         ValueError: the model has no Marian equivalent (see :func:`unsupported`).
     """
-    from transformers import MarianConfig, MarianMTModel
+    from transformers import MarianMTModel
 
-    cfg = model.cfg
     reason = unsupported(model)
     if reason:
         raise ValueError(reason)
-    config = MarianConfig(
+    hf = MarianMTModel(marian_config(model, bos_id, eos_id)).eval()
+    with torch.no_grad():
+        _copy_weights(hf, model, marian_permutation(model.cfg.d_model))
+    return hf
+
+
+def marian_config(model: Transformer, bos_id: int, eos_id: int):  # noqa: ANN201
+    """The ``transformers.MarianConfig`` of ``model``'s sizes, dropouts and special ids."""
+    from transformers import MarianConfig
+
+    cfg = model.cfg
+    return MarianConfig(
         vocab_size=cfg.src_vocab_size,
         decoder_vocab_size=cfg.tgt_vocab_size,
         share_encoder_decoder_embeddings=cfg.share_embeddings,
@@ -92,54 +102,60 @@ def to_marian(model: Transformer, bos_id: int, eos_id: int):  # noqa: ANN201
         decoder_start_token_id=bos_id,
         forced_eos_token_id=None,
     )
-    hf = MarianMTModel(config).eval()
-    perm = marian_permutation(cfg.d_model)
 
-    def stream_in(dst: nn.Linear, src_weight: Tensor, src_bias: Tensor | None) -> None:
-        """A map that reads the stream: its input features permuted."""
-        dst.weight.copy_(src_weight[:, perm])
-        if src_bias is not None:
-            dst.bias.copy_(src_bias)
 
-    def stream_out(dst: nn.Linear, src: nn.Linear) -> None:
-        """A map that writes the stream: its output features permuted."""
-        dst.weight.copy_(src.weight[perm])
-        dst.bias.copy_(src.bias[perm])
+def _copy_weights(hf, model: Transformer, perm: Tensor) -> None:  # noqa: ANN001
+    """Every tensor of ``model`` into its place in the Marian model ``hf``, the residual stream's
+    features permuted by ``perm`` (see the module docstring)."""
+    encoder, decoder = hf.model.encoder, hf.model.decoder
+    encoder.embed_tokens.weight.copy_(model.src_embed.weight[:, perm])
+    decoder.embed_tokens.weight.copy_(model.tgt_embed.weight[:, perm])  # the same tensor when shared
+    hf.lm_head.weight.copy_(model.output.weight[:, perm])  # the same tensor when tied
+    hf.final_logits_bias.zero_()
+    for dst, src in zip(encoder.layers, model.encoder.layers, strict=True):
+        _attention(dst.self_attn, src.self_attn, perm)
+        _norm(dst.self_attn_layer_norm, src.attn_sub.norm, perm)
+        _ffn(dst, src, perm)
+        _norm(dst.final_layer_norm, src.ffn_sub.norm, perm)
+    for dst, src in zip(decoder.layers, model.decoder.layers, strict=True):
+        _attention(dst.self_attn, src.self_attn, perm)
+        _norm(dst.self_attn_layer_norm, src.self_sub.norm, perm)
+        _attention(dst.encoder_attn, src.cross_attn, perm)
+        _norm(dst.encoder_attn_layer_norm, src.cross_sub.norm, perm)
+        _ffn(dst, src, perm)
+        _norm(dst.final_layer_norm, src.ffn_sub.norm, perm)
 
-    def attention(dst, src) -> None:  # noqa: ANN001
-        d = cfg.d_model
-        w, b = src.in_proj.weight, src.in_proj.bias
-        for i, name in enumerate(("q_proj", "k_proj", "v_proj")):
-            stream_in(getattr(dst, name), w[i * d : (i + 1) * d], b[i * d : (i + 1) * d])
-        stream_out(dst.out_proj, src.out_proj)
 
-    def ffn(dst, src) -> None:  # noqa: ANN001
-        stream_in(dst.fc1, src.ffn.linear1.weight, src.ffn.linear1.bias)
-        stream_out(dst.fc2, src.ffn.linear2)
+def _stream_in(dst: nn.Linear, src_weight: Tensor, src_bias: Tensor | None, perm: Tensor) -> None:
+    """A map that reads the stream: its input features permuted."""
+    dst.weight.copy_(src_weight[:, perm])
+    if src_bias is not None:
+        dst.bias.copy_(src_bias)
 
-    def norm(dst: nn.LayerNorm, src: nn.LayerNorm) -> None:
-        dst.weight.copy_(src.weight[perm])
-        dst.bias.copy_(src.bias[perm])
 
-    with torch.no_grad():
-        encoder, decoder = hf.model.encoder, hf.model.decoder
-        encoder.embed_tokens.weight.copy_(model.src_embed.weight[:, perm])
-        decoder.embed_tokens.weight.copy_(model.tgt_embed.weight[:, perm])  # the same tensor when shared
-        hf.lm_head.weight.copy_(model.output.weight[:, perm])  # the same tensor when tied
-        hf.final_logits_bias.zero_()
-        for dst, src in zip(encoder.layers, model.encoder.layers, strict=True):
-            attention(dst.self_attn, src.self_attn)
-            norm(dst.self_attn_layer_norm, src.attn_sub.norm)
-            ffn(dst, src)
-            norm(dst.final_layer_norm, src.ffn_sub.norm)
-        for dst, src in zip(decoder.layers, model.decoder.layers, strict=True):
-            attention(dst.self_attn, src.self_attn)
-            norm(dst.self_attn_layer_norm, src.self_sub.norm)
-            attention(dst.encoder_attn, src.cross_attn)
-            norm(dst.encoder_attn_layer_norm, src.cross_sub.norm)
-            ffn(dst, src)
-            norm(dst.final_layer_norm, src.ffn_sub.norm)
-    return hf
+def _stream_out(dst: nn.Linear, src: nn.Linear, perm: Tensor) -> None:
+    """A map that writes the stream: its output features permuted."""
+    dst.weight.copy_(src.weight[perm])
+    dst.bias.copy_(src.bias[perm])
+
+
+def _attention(dst, src, perm: Tensor) -> None:  # noqa: ANN001
+    """Our packed ``in_proj`` rows split into Marian's q, k and v projections; ``out_proj``."""
+    d = perm.numel()
+    w, b = src.in_proj.weight, src.in_proj.bias
+    for i, name in enumerate(("q_proj", "k_proj", "v_proj")):
+        _stream_in(getattr(dst, name), w[i * d : (i + 1) * d], b[i * d : (i + 1) * d], perm)
+    _stream_out(dst.out_proj, src.out_proj, perm)
+
+
+def _ffn(dst, src, perm: Tensor) -> None:  # noqa: ANN001
+    _stream_in(dst.fc1, src.ffn.linear1.weight, src.ffn.linear1.bias, perm)
+    _stream_out(dst.fc2, src.ffn.linear2, perm)
+
+
+def _norm(dst: nn.LayerNorm, src: nn.LayerNorm, perm: Tensor) -> None:
+    dst.weight.copy_(src.weight[perm])
+    dst.bias.copy_(src.bias[perm])
 
 
 def write_huggingface(checkpoint: InferenceCheckpoint, out_dir: str | Path) -> Path:
