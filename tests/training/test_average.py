@@ -53,7 +53,7 @@ def test_another_model_or_vocabulary_is_refused_naming_the_file(tmp_path, protos
     assert f"{swapped}: its SentencePiece model (src_spm) differs" in capsys.readouterr().err
     (tmp_path / "notes.ckpt").write_text("not a checkpoint")
     assert main([str(first), str(tmp_path / "notes.ckpt"), "--output", str(out)]) == 1
-    assert f"{tmp_path / 'notes.ckpt'}: not a checkpoint" in capsys.readouterr().err
+    assert f"{tmp_path / 'notes.ckpt'}: not a PyTorch checkpoint" in capsys.readouterr().err
 
 
 def test_the_command_line(tmp_path, protos):
