@@ -86,28 +86,7 @@ def plan_checkpoints(
         ValueError: a setting out of range, named.
     """
     if every_n_updates is None:
-        best = ModelCheckpoint(
-            dirpath=ckpt_dir,
-            filename=selection.filename("epoch{epoch:03d}"),
-            monitor=selection.monitor,
-            mode=selection.mode,
-            save_top_k=1,
-            auto_insert_metric_name=False,
-        )
-        # last.ckpt comes with the epoch checkpoints, which every epoch writes: Lightning writes a
-        # callback's last.ckpt only when that callback saved, and the best one does not save an
-        # epoch that is not better (last.ckpt stayed at the best epoch, and resuming redid epochs).
-        recent = ModelCheckpoint(
-            dirpath=ckpt_dir,
-            filename="epoch{epoch:03d}",
-            monitor="epoch",
-            mode="max",
-            save_top_k=max(1, average_last),
-            save_last=True,
-            auto_insert_metric_name=False,
-        )
-        return CheckpointPlan(best, recent, recent, {}, average_last)
-
+        return _at_epoch_ends(ckpt_dir, average_last, selection)
     if every_n_updates < 1:
         raise ValueError(
             f"checkpoint.every_n_updates must be null (epoch ends) or at least 1, not {every_n_updates}"
@@ -144,3 +123,28 @@ def plan_checkpoints(
         "check_val_every_n_epoch": None,
     }
     return CheckpointPlan(best, recent, recent, trainer_args, average_last)
+
+
+def _at_epoch_ends(ckpt_dir: Path, average_last: int, selection: Selection) -> CheckpointPlan:
+    """Validation after every epoch: ``best-epoch*``, ``last.ckpt`` and the newest ``epoch*``."""
+    best = ModelCheckpoint(
+        dirpath=ckpt_dir,
+        filename=selection.filename("epoch{epoch:03d}"),
+        monitor=selection.monitor,
+        mode=selection.mode,
+        save_top_k=1,
+        auto_insert_metric_name=False,
+    )
+    # last.ckpt comes with the epoch checkpoints, which every epoch writes: Lightning writes a
+    # callback's last.ckpt only when that callback saved, and the best one does not save an
+    # epoch that is not better (last.ckpt stayed at the best epoch, and resuming redid epochs).
+    recent = ModelCheckpoint(
+        dirpath=ckpt_dir,
+        filename="epoch{epoch:03d}",
+        monitor="epoch",
+        mode="max",
+        save_top_k=max(1, average_last),
+        save_last=True,
+        auto_insert_metric_name=False,
+    )
+    return CheckpointPlan(best, recent, recent, {}, average_last)

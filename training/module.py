@@ -23,12 +23,12 @@ from dataclasses import asdict
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from data.tokenizer import SPECIAL_IDS
 from decoding import SearchKernels
 from training.evaluation import EvalDecoding, EvaluationSteps, gather_objects
-from training.loss import LossFunction, cross_entropy
+from training.loss import LossFunction, compile_options, cross_entropy, token_losses
 from training.lr import LearningRate, RateScheduler, RateSettings
 from training.moved_keys import split_legacy_optimizer
 from training.nonfinite import NonFiniteGuard, UpdatePlace, nonfinite_flags, total_grad_norm
@@ -56,7 +56,15 @@ DEFAULT_OPTIMIZER = {
     "fused": None,
 }
 
-__all__ = ["EvalDecoding", "TranslationModule", "gather_objects", "rng_states", "set_rng_states"]
+__all__ = [
+    "EvalDecoding",
+    "TranslationModule",
+    "compile_options",
+    "gather_objects",
+    "rng_states",
+    "set_rng_states",
+    "token_losses",
+]
 
 
 def _checked_plain_dict(name: str, value: Any) -> dict:
@@ -71,55 +79,6 @@ def _checked_plain_dict(name: str, value: Any) -> dict:
     if not isinstance(value, dict):
         raise TypeError(f"{name} must be a plain dict (OmegaConf.to_container), not {type(value).__name__}")
     return dict(value)
-
-
-def token_losses(
-    model: nn.Module,
-    src: Tensor,
-    tgt_in: Tensor,
-    tgt_out: Tensor,
-    pad_id: int,
-    label_smoothing: float,
-    loss_function: LossFunction = cross_entropy,
-    positions: Tensor | None = None,
-) -> Tensor:
-    """Label-smoothed cross-entropy of every target token, zero at padding.
-
-    The forward pass and the loss in one function: what ``compile`` compiles.
-
-    Args:
-        model: a ``Transformer``: ``model(src, tgt_in, project=False)`` is the decoder output
-            [batch, tgt_len, d_model], ``model.output`` the projection to the vocabulary.
-        src: [batch, src_len] source ids; tgt_in: [batch, tgt_len] BOS + target ids.
-        tgt_out: [batch, tgt_len] target ids + EOS, right-padded with ``pad_id``.
-        pad_id: the padding id (ignored positions).
-        label_smoothing: epsilon of label smoothing.
-        loss_function: the output projection and the loss (``training.loss``): the plain
-            ``F.cross_entropy`` of the logits, or a faster equal from ``fastpaths.optimize``.
-        positions: [N] flat positions of ``tgt_out``'s real tokens, known on the host
-            (``data.batching.collate_columns``' ``tgt_positions``); None: found on the device.
-
-    Returns:
-        [batch, tgt_len] losses, 0 at padding.
-    """
-    hidden = model(src, tgt_in, project=False)  # (B, T, d_model)
-    output = model.output
-    return loss_function(
-        hidden, output.weight, output.bias, tgt_out, pad_id, label_smoothing, positions=positions
-    )  # (B, T)
-
-
-def compile_options(compile: bool | dict | None) -> dict | None:
-    """``torch.compile`` keyword arguments from the ``compile`` setting; None: do not compile.
-
-    ``False``/``None``: None; ``True``: ``{}`` (torch.compile's defaults: inductor, shapes made
-    dynamic after the first change); a dict: those arguments, e.g. ``{"mode": "max-autotune"}``.
-    """
-    if compile is None or compile is False:
-        return None
-    if compile is True:
-        return {}
-    return _checked_plain_dict("compile", compile)
 
 
 class TranslationModule(EvaluationSteps):

@@ -19,23 +19,18 @@ A run is a recipe of named steps, each a screen or less, each reading what the o
 from __future__ import annotations
 
 import logging
-import os
-import secrets
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
 
+import training.quiet  # noqa: F401 (third-party noise silenced before a Trainer exists)
 from common.metrics import check_bleu_tokenizers
-from data.corpus import PROJECT_ROOT
 from data.settings import DataSettings
 from fastpaths.optimize import optimize
 from training.average import average_checkpoints
@@ -43,6 +38,7 @@ from training.budget import BudgetSettings
 from training.callbacks import InferenceFields, RunCallbacks, run_callbacks
 from training.checkpoint_io import AtomicCheckpointIO
 from training.checkpoints import plan_checkpoints
+from training.config import default_config, plain
 from training.ending import FAILED, FINISHED, Ending, ending_after_fit, ending_of_exception
 from training.loggers import make_loggers
 from training.lr import RateSettings
@@ -62,58 +58,6 @@ from training.start.vocabulary import run_vocabulary
 from transformer.mechanisms import AttentionConfig
 
 logger = logging.getLogger(__name__)
-
-# torch's pytree deprecated its LeafSpec class for treespec_leaf() (a FutureWarning at each
-# construction, worded "`isinstance(treespec, LeafSpec)` is deprecated"; torch 2.13 warns). Lightning
-# (2.6.6, its newest release, and its main branch) still constructs one in
-# lightning/pytorch/utilities/_pytree.py:_tree_flatten, which CombinedLoader calls for every
-# dataloader the Trainer runs, so every run printed it (Lightning issue #21326). The call is
-# Lightning's, not ours, and harmless until torch removes the class: that one warning from that
-# one module is ignored, here rather than in pytest's settings, so that train.py's users do not see it.
-warnings.filterwarnings(
-    "ignore",
-    message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-    category=FutureWarning,
-    module=r"lightning\.pytorch\.utilities\._pytree",
-)
-
-
-class _NoLitLoggerTip(logging.Filter):
-    """Drops the advertisement for Lightning's hosted logger that every Trainer prints at start
-    (lightning/pytorch/trainer/connectors/logger_connector: "Tip: ... try installing litlogger")."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "litlogger" not in record.getMessage()
-
-
-# The logger Lightning's rank_zero_info writes to (lightning_utilities' rank_zero.log).
-logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_NoLitLoggerTip())
-
-
-def register_resolvers() -> None:
-    """``${project_root:}`` and ``${unique_id:}`` (one value per process) for the configs."""
-    if not OmegaConf.has_resolver("project_root"):
-        OmegaConf.register_new_resolver("project_root", lambda: str(PROJECT_ROOT))
-    if not OmegaConf.has_resolver("unique_id"):
-        token = f"{os.getpid()}{secrets.token_hex(2)}"
-        OmegaConf.register_new_resolver("unique_id", lambda: token)
-
-
-register_resolvers()
-
-
-def default_config() -> dict:
-    """``conf/train.yaml`` composed without overrides: every setting's default (interpolations
-    such as the output directory left unresolved: they need a running job)."""
-    if GlobalHydra.instance().is_initialized():  # inside train.py's @hydra.main
-        return OmegaConf.to_container(compose(config_name="train"))  # type: ignore[return-value]
-    with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
-        return OmegaConf.to_container(compose(config_name="train"))  # type: ignore[return-value]
-
-
-def _to_plain_dict(cfg: DictConfig) -> dict:
-    """``cfg`` as plain dicts and lists with interpolations resolved, as the module's hyperparameters."""
-    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
@@ -190,10 +134,10 @@ def _settings(cfg: DictConfig, record: RunRecord) -> RunSettings:
 def _checked_settings(cfg: DictConfig, record: RunRecord) -> RunSettings:
     refuse_moved(OmegaConf.to_container(cfg, resolve=False))  # type: ignore[arg-type]
     # A role a mechanism cannot do is refused at once, naming it (transformer/mechanisms.py).
-    attention = AttentionConfig.from_dict(_to_plain_dict(cfg.model.get("attention") or DictConfig({})))
+    attention = AttentionConfig.from_dict(plain(cfg.model.get("attention") or DictConfig({})))
     attention.check_dropout(cfg.model.get("attention_dropout", 0.0))
     data = cfg.data
-    sets = DataSettings.from_config(_to_plain_dict(data)).corpora.valid_sets  # every data key checked
+    sets = DataSettings.from_config(plain(data)).corpora.valid_sets  # every data key checked
     names = [s.name for s in sets]
     metric, select_on = str(cfg.checkpoint.get("metric", "bleu")), cfg.checkpoint.get("select_on")
     selection = choose_selection(metric, select_on, names)
@@ -205,8 +149,8 @@ def _checked_settings(cfg: DictConfig, record: RunRecord) -> RunSettings:
     record.valid_set_names = names
     record.fields.update(selected_by=selection.monitor)
     record.fields.update(precision=precision.precision, precision_reason=precision.reason)
-    lr = RateSettings.from_dict(_to_plain_dict(cfg.lr))
-    budget = BudgetSettings.from_dict(_to_plain_dict(cfg.budget))
+    lr = RateSettings.from_dict(plain(cfg.lr))
+    budget = BudgetSettings.from_dict(plain(cfg.budget))
     if budget.fit == "budget" and cfg.trainer.get("max_time") and lr.schedule in FLAT:
         raise ValueError(
             f"lr.schedule={lr.schedule} keeps the rate (or lowers it on plateaus) and budget.fit=budget "
@@ -221,7 +165,7 @@ def _checked_settings(cfg: DictConfig, record: RunRecord) -> RunSettings:
 def _start(cfg: DictConfig, output_dir: Path, settings: RunSettings, record: RunRecord) -> StartPoint:
     """Where the run starts (:mod:`training.start`), and the data keys of its vocabulary set: the
     one place the ``data`` config changes."""
-    start = start_point(_to_plain_dict(cfg), output_dir, settings.selection, default_config)
+    start = start_point(plain(cfg), output_dir, settings.selection, default_config)
     for level, line in start.said:
         logger.log(level, "%s", line)
     if start.kind == INITIALISED:
@@ -262,7 +206,7 @@ def _write_config(
         f"# trainer.precision: {precision.requested} -> {precision.precision}: {precision.reason}\n"
         + OmegaConf.to_yaml(cfg, resolve=True)
     )
-    return _to_plain_dict(cfg)
+    return plain(cfg)
 
 
 # ---------------------------------------------------------------------------------- 5. module
@@ -274,18 +218,18 @@ def _module(
     """The module: the model (the start point's, or the config's with the data's vocabulary), its
     learning rate, and the start point's weights."""
     joint = datamodule.src_tokenizer is datamodule.tgt_tokenizer
-    model_cfg = _to_plain_dict(cfg.model)
+    model_cfg = plain(cfg.model)
     model_cfg.update(src_vocab_size=datamodule.src_vocab_size, tgt_vocab_size=datamodule.tgt_vocab_size)
     model_cfg["share_embeddings"] = bool(model_cfg.get("share_embeddings", False) and joint)
     compile = cfg.get("compile", False)  # a bool, or a mapping of torch.compile arguments
     module = TranslationModule(
         model=start.model or model_cfg,  # the checkpoint's, as its weights were built
-        optimizer=_to_plain_dict(cfg.optimizer),
+        optimizer=plain(cfg.optimizer),
         label_smoothing=cfg.label_smoothing,
-        decoding=_to_plain_dict(cfg.decoding),
+        decoding=plain(cfg.decoding),
         src_lang=cfg.data.src_lang,
         tgt_lang=cfg.data.tgt_lang,
-        compile=_to_plain_dict(compile) if isinstance(compile, DictConfig) else bool(compile),
+        compile=plain(compile) if isinstance(compile, DictConfig) else bool(compile),
         max_nonfinite_in_a_row=int(cfg.max_nonfinite_in_a_row),
         loss_normalization=str(cfg.get("loss_normalization", "batch")),
         learning_rate=start.learning_rate(settings.lr, settings.selection.mode),
