@@ -127,7 +127,7 @@ def test_a_tiny_auto_precision_run_says_its_precision_and_no_library_deprecation
 
 
 def test_init_from_beside_ckpt_path_is_one_message_naming_both_without_traceback(tmp_path: Path) -> None:
-    """train.py prints a fine-tuning refusal (training/finetune.py) as it prints a missing corpus:
+    """train.py prints a fine-tuning refusal (training/start/) as it prints a missing corpus:
     one line, before anything is trained or prepared."""
     ckpt = tmp_path / "a.ckpt"
     ckpt.write_bytes(b"")
@@ -149,3 +149,30 @@ def test_init_from_beside_ckpt_path_is_one_message_naming_both_without_traceback
         "from a checkpoint's weights (fresh optimizer, schedule and data order), ckpt_path resumes a run "
         "exactly; give one of them"
     )
+
+
+@pytest.mark.parametrize(
+    "override, said",
+    [
+        ("optimizer.lr=1e-3", "optimizer.lr is now lr.peak"),
+        ("schedule.fit=none", "schedule.fit is now budget.fit"),
+        ("+validation.max_share=0.2", "validation.max_share is now budget.validation_share"),
+    ],
+)
+def test_a_key_that_moved_is_one_message_naming_its_new_name(
+    tmp_path: Path, override: str, said: str
+) -> None:
+    """Refused before Hydra composes (which would say only that the key is not in the config)."""
+    proc = subprocess.run(
+        [sys.executable, "train.py", "experiment=smoke", override, f"hydra.run.dir={tmp_path / 'run'}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip() == (
+        f"train.py: error: the override {override!r}: {said} (the learning rate is the lr group, a time "
+        "budget's fit the budget group)"
+    )
+    assert not (tmp_path / "run").exists()

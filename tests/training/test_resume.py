@@ -281,3 +281,72 @@ def test_an_ema_run_resumes_bit_exactly_and_its_checkpoints_hold_the_ema_for_tra
     model = load_checkpoint(tmp_path / "straight" / "checkpoints" / "last.ckpt").model
     for name, p in model.named_parameters():
         assert torch.equal(p, a["state_dict"][f"model.{name}"]), name  # the translator's is the EMA
+
+
+def test_a_resumed_runs_config_names_the_vocabulary_it_used(toy, tmp_path):
+    """config.yaml is written once the vocabulary is known: a fresh run's names the model it
+    trained, a resumed run's the checkpoint's (at dc2bd7b it said data.spm_model: null)."""
+    from omegaconf import OmegaConf
+
+    common = ["checkpoint.every_n_updates=2", "lr.warmup_steps=4"]
+    _run(toy, tmp_path / "first", [*common, "trainer.max_steps=2"])
+    ckpt = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    _run(toy, tmp_path / "resumed", [*common, "trainer.max_steps=4", f"ckpt_path={ckpt}"])
+    spm = torch.load(ckpt, weights_only=True)["nmt"]["src_spm"]
+    for run in ("first", "resumed"):
+        data = OmegaConf.load(tmp_path / run / "config.yaml").data
+        assert data.spm_model == str(tmp_path / run / "tokenizer" / "joint.model"), run
+        assert Path(data.spm_model).read_bytes() == spm and data.joint_vocab is True
+
+
+# The learning rate's keys and state as dc2bd7b wrote them, before they were the lr and budget groups
+# and one state in the scheduler's.
+_OLD_LR = {"peak": "lr", "min_ratio": "min_lr_ratio"}
+
+
+def as_written_before_the_lr_group(checkpoint: dict) -> dict:
+    """``checkpoint`` in the layout of a checkpoint written at dc2bd7b."""
+    old = dict(checkpoint)
+    hparams = dict(old["hyper_parameters"])
+    lr = hparams.pop("lr")
+    hparams["optimizer"] = {**hparams["optimizer"], **{_OLD_LR.get(k, k): v for k, v in lr.items()}}
+    old["hyper_parameters"] = hparams
+    scheduler = dict(old["lr_schedulers"][0])
+    rate = scheduler.pop("rate")
+    old["lr_schedulers"] = [{**scheduler, "lr_lambdas": [None]}]
+    if rate["offset"]:
+        old["schedule_offset"] = rate["offset"]
+    if rate["fitted"] is not None:
+        old["fitted_schedule"] = rate["fitted"]
+    config = {k: v for k, v in old["run_config"].items() if k not in ("lr", "budget")}
+    config["optimizer"] = {
+        **config["optimizer"],
+        **{_OLD_LR.get(k, k): v for k, v in old["run_config"]["lr"].items()},
+    }
+    budget = dict(old["run_config"]["budget"])
+    config["validation"] = {"max_share": budget.pop("validation_share")}
+    config["schedule"] = budget
+    old["run_config"] = config
+    return old
+
+
+def test_a_checkpoint_written_before_the_lr_group_resumes_bit_exactly_and_translates(toy, tmp_path):
+    from translation import Translator
+
+    common = ["checkpoint.every_n_updates=2", "lr.warmup_steps=4", "lr.schedule=linear", "lr.total_steps=10"]
+    _run(toy, tmp_path / "first", [*common, "trainer.max_steps=2", "trainer.max_epochs=-1"])
+    ckpt = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    new = torch.load(ckpt, weights_only=True)
+    old = tmp_path / "old.ckpt"
+    torch.save(as_written_before_the_lr_group(new), old)
+    finished = {}
+    for name, path in (("new", ckpt), ("old", old)):
+        results = _run(toy, tmp_path / name, [*common, "trainer.max_steps=4", f"ckpt_path={path}"])
+        assert results["ending_update"] == 4
+        last = sorted((tmp_path / name).rglob("update00000004.ckpt")) or [ckpt.parent / "update00000004.ckpt"]
+        finished[name] = torch.load(last[0], weights_only=True)
+    for key, value in finished["new"]["state_dict"].items():
+        assert torch.equal(finished["old"]["state_dict"][key], value), key
+    assert Translator.from_checkpoint(old).translate(["ein haus"]) == Translator.from_checkpoint(
+        ckpt
+    ).translate(["ein haus"])

@@ -182,12 +182,13 @@ def rejoin_schedule(
     last = earlier.segments[-1]
     shape, floor, peak_at = last.shape, earlier.floor, earlier.warmup_end
     end = max(updates, step + 1)
-    if step < peak_at:  # still rising: a forecast again, as the speed drifting gives
-        segments = (
-            Segment(step, peak_at, current, 1.0),
-            Segment(peak_at, max(end, peak_at + 1), 1.0, floor, shape),
-        )
+    if step < peak_at < end:  # still rising: a forecast again, as the speed drifting gives
+        segments = (Segment(step, peak_at, current, 1.0), Segment(peak_at, end, 1.0, floor, shape))
         return Fit(FittedSchedule(segments, floor), updates, peak_at, shape, True)
+    if step < peak_at:  # an end before the peak: from where it is down to the floor
+        return Fit(
+            FittedSchedule((Segment(step, end, current, floor, shape),), floor), updates, peak_at, shape, True
+        )
     decay = Segment(peak_at, end, 1.0, floor, shape)
     rise = min(max(1, math.floor(warmup_fraction * (end - step))), max(peak_at, 1), end - step - 1)
     target = decay.factor(step + rise) if rise >= 1 else floor
