@@ -41,18 +41,13 @@ def average_checkpoints(
     template: str | Path | None = None,
     weights: list[float] | None = None,
 ) -> Path:
-    """Writes a checkpoint whose ``state_dict`` is the element-wise mean of those in ``paths``.
-
-    Floating-point tensors are summed in float64 in the order given, divided, and stored in the
-    template's type; other tensors are taken from the last file. Everything else (hyperparameters,
-    tokenizer fields) is the template's, less its training state. ``output`` is written whole or
-    not at all (:func:`data.atomic.atomic_write`): a failed average leaves an earlier one as it was.
+    """Writes a checkpoint whose ``state_dict`` is the element-wise mean of those in ``paths``,
+    each file read once (:func:`write_average`).
 
     Args:
         paths: the checkpoints (or weights-only files) averaged, oldest first.
         output: the file to write.
         template: the checkpoint whose other fields the output takes; None: the last of ``paths``.
-            A key of its ``state_dict`` that the averaged files lack is kept as it is.
         weights: how many checkpoints each file stands for (a mean of several); None: one each.
 
     Raises:
@@ -61,21 +56,46 @@ def average_checkpoints(
     """
     if not paths:
         raise ValueError("no checkpoints to average")
-    weights = weights or [1.0] * len(paths)
+    checkpoints = [read_checkpoint(path) for path in paths]
+    base = checkpoints[-1] if template is None else read_checkpoint(template)
+    return write_average(list(zip(paths, checkpoints, strict=True)), base, output, weights)
+
+
+def write_average(
+    read: list[tuple[str | Path, dict[str, Any]]],
+    base: dict[str, Any],
+    output: str | Path,
+    weights: list[float] | None = None,
+) -> Path:
+    """Writes the mean of the ``state_dict`` of checkpoints already read, with ``base``'s other fields.
+
+    Floating-point tensors are summed in float64 in the order given, divided, and stored in the
+    base's type; other tensors are taken from the last file. Everything else (hyperparameters,
+    tokenizer fields) is the base's, less its training state; a key of its ``state_dict`` that the
+    averaged files lack is kept as it is. ``output`` is written whole or not at all
+    (:func:`data.atomic.atomic_write`): a failed average leaves an earlier one as it was.
+
+    Args:
+        read: each file averaged and what it holds, oldest first.
+        base: the checkpoint whose other fields the output takes.
+        output: the file to write.
+        weights: how many checkpoints each file stands for; None: one each.
+
+    Raises:
+        ValueError: a tensor whose shape differs between files, naming it.
+    """
+    weights = weights or [1.0] * len(read)
     total: dict[str, torch.Tensor] = {}
-    for path, weight in zip(paths, weights, strict=True):
-        state = read_checkpoint(path)["state_dict"]
-        for name, tensor in state.items():
+    for (path, checkpoint), weight in zip(read, weights, strict=True):
+        for name, tensor in checkpoint["state_dict"].items():
             if name in total and total[name].shape != tensor.shape:
-                raise ValueError(
-                    f"{path}: {name} has shape {tuple(tensor.shape)}, not {tuple(total[name].shape)}"
-                )
+                shapes = f"{tuple(tensor.shape)}, not {tuple(total[name].shape)}"
+                raise ValueError(f"{path}: {name} has shape {shapes}")
             if not tensor.is_floating_point():
                 total[name] = tensor
                 continue
             value = tensor.double() if weight == 1.0 else tensor.double() * weight
             total[name] = total[name] + value if name in total else value
-    base = read_checkpoint(template or paths[-1])
     count = sum(weights)
     averaged = dict(base["state_dict"])
     for name, t in total.items():
@@ -83,22 +103,21 @@ def average_checkpoints(
         averaged[name] = (t / count).to(dtype) if t.is_floating_point() else t
     keep = {k: v for k, v in base.items() if k not in TRAINING_STATE}
     keep["state_dict"] = averaged
-    keep["averaged_from"] = [str(p) for p in paths]
+    keep["averaged_from"] = [str(path) for path, _ in read]
     output = Path(output)
     with atomic_write(output) as f:
         torch.save(keep, f)
     return output
 
 
-def check_one_model(paths: list[Path]) -> None:
-    """Refuses (ValueError) files that are not checkpoints of one model with one vocabulary,
-    naming the file and what differs from the first."""
-    first_path, first = paths[0], read_checkpoint(paths[0])
+def check_one_model(read: list[tuple[Path, dict[str, Any]]]) -> None:
+    """Refuses (ValueError) checkpoints (each file and what it holds) that are not of one model with
+    one vocabulary, naming the file and what differs from the first."""
+    first_path, first = read[0]
     model = (first.get("hyper_parameters") or {}).get("model")
     nmt = first.get("nmt") or {}
     shapes = {k: tuple(v.shape) for k, v in first["state_dict"].items()}
-    for path in paths[1:]:
-        other = read_checkpoint(path)
+    for path, other in read[1:]:
         _same_model(path, other, first_path, model)
         other_nmt = other.get("nmt") or {}
         for key in VOCABULARY_FIELDS:
@@ -137,8 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.output.resolve() in {p.resolve() for p in args.checkpoints}:
         parser.error(f"--output {args.output} is one of the checkpoints averaged")
     try:
-        check_one_model(args.checkpoints)
-        written = average_checkpoints(args.checkpoints, args.output)
+        read = [(path, read_checkpoint(path)) for path in args.checkpoints]  # each file once
+        check_one_model(read)
+        written = write_average(read, read[-1][1], args.output)
     except ValueError as err:  # CheckpointError included
         sys.stderr.write(f"average: {err}\n")
         return 1
@@ -146,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["CheckpointError", "average_checkpoints", "check_one_model", "main"]
+__all__ = ["CheckpointError", "average_checkpoints", "check_one_model", "main", "write_average"]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -140,6 +140,7 @@ class InferenceCheckpoint:
         bos_id, eos_id: target begin/end-of-sentence ids.
         src_lang, tgt_lang: language codes ("" when the checkpoint does not say).
         target_tags: per target language, the tag its sources carry; empty for a model of one.
+        data: the data settings it was trained with (its data module's hyperparameters), or {}.
     """
 
     model: Transformer
@@ -150,6 +151,7 @@ class InferenceCheckpoint:
     src_lang: str
     tgt_lang: str
     target_tags: dict[str, str] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
 
 
 def load_checkpoint(path: str | os.PathLike, dtype: torch.dtype = torch.float32) -> InferenceCheckpoint:
@@ -202,4 +204,5 @@ def load_checkpoint(path: str | os.PathLike, dtype: torch.dtype = torch.float32)
         src_lang=str(nmt.get("src_lang", "")),
         tgt_lang=str(nmt.get("tgt_lang", "")),
         target_tags={str(k): str(v) for k, v in (nmt.get("target_tags") or {}).items()},
+        data=dict(checkpoint.get("datamodule_hyper_parameters") or {}),
     )

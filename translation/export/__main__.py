@@ -175,7 +175,8 @@ def run(args: argparse.Namespace) -> Path:
         quantization = args.quantization or "float32"
         write_export(checkpoint, args.format, staging, quantization)
         snippet = usage(args.format, checkpoint, output.name)
-        card = model_card(checkpoint, card_facts(args.checkpoint), args.format, snippet, quantization)
+        facts = card_facts(args.checkpoint, checkpoint.data)  # the file read once
+        card = model_card(checkpoint, facts, args.format, snippet, quantization)
         (staging / "README.md").write_text(card, encoding="utf-8")
         umask = os.umask(0)
         os.umask(umask)

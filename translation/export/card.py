@@ -49,17 +49,19 @@ def _run_config(run_dir: Path) -> dict[str, Any]:
         return {}
 
 
-def card_facts(checkpoint_path: str | os.PathLike) -> CardFacts:
+def card_facts(checkpoint_path: str | os.PathLike, data: dict | None = None) -> CardFacts:
     """Scores and training data of a checkpoint, from the checkpoint and the run beside it.
 
     Training writes ``<run>/checkpoints/<name>.ckpt`` and, after its test stage,
     ``<run>/results.json`` for the checkpoint named by ``test_ckpt`` in ``<run>/config.yaml``
     (``averaged``, ``best`` or ``last``). The scores are taken only when they are this
-    checkpoint's. The corpus comes from the checkpoint's data-module hyperparameters.
+    checkpoint's. The corpus comes from the checkpoint's data-module hyperparameters: ``data``,
+    those of the checkpoint already read (``InferenceCheckpoint.data``), or read here.
     """
     path = Path(checkpoint_path)
     facts = CardFacts()
-    data = read_checkpoint(path).get("datamodule_hyper_parameters") or {}
+    if data is None:
+        data = read_checkpoint(path).get("datamodule_hyper_parameters") or {}
     hub_id, data_dir = data.get("hub_id"), data.get("data_dir")
     test_split = data.get("test_split") or ""
     if hub_id:
