@@ -17,6 +17,9 @@ Modules, one concept each:
 * ``data.corpora``: the corpora of a run (``RunCorpora``): the main corpus, the training corpora
   mixed by weight, the validation sets, the tags on their sources.
 * ``data.filters``, ``data.mixing``: the training pairs dropped where read; the corpora's weights.
+  The filters' parts: ``data.scripts`` (each language's script), ``data.language_id`` (py3langid,
+  optional), ``data.overlap`` (the evaluation sets and earlier corpora compared with),
+  ``data.piece_lengths`` (lengths in SentencePiece pieces, after tokenization).
 * ``data.tokenizer``: the special ids (``PAD_ID=0, UNK_ID=1, BOS_ID=2, EOS_ID=3``) and
   ``SubwordTokenizer``, which every user encodes with; a run's copies of its models.
 * ``data.spm_training``: one SentencePiece model trained, cached by its training text and settings.

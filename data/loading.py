@@ -4,10 +4,13 @@
 (``prepare_data`` fills the caches, ``setup`` maps them):
 
 1. :func:`read_corpora`: every corpus of :class:`data.corpora.RunCorpora` prepared
-   (:func:`data.prepared.prepare_corpus`), the training corpora concatenated in their order;
+   (:func:`data.prepared.prepare_corpus`), the training corpora concatenated in their order; where
+   ``data.filters`` compares training pairs with the evaluation sets or the earlier corpora, those
+   are read first (:mod:`data.overlap`);
 2. the SentencePiece models, given or trained on the training split (:mod:`data.subword_models`);
 3. every split tokenized into the cache (:func:`data.tokenized.tokenize_split`);
-4. training pairs longer than ``max_len`` dropped, and what each loader fetches from made
+4. training pairs dropped by ``data.filters``' lengths in pieces (:mod:`data.piece_lengths`) and
+   those longer than ``max_len``, and what each loader fetches from made
    (:class:`data.tokenized_pairs.TokenizedPairs`, or :class:`data.sampling.SampledPairs`);
 5. the training corpora mixed by weight (:class:`data.mixing.CorpusMix`) and summarised.
 """
@@ -27,8 +30,11 @@ from data.arrow_pairs import StreamedColumn
 from data.batching import TokenBucketBatchSampler
 from data.corpora import RunCorpora
 from data.corpus import SPLITS
+from data.filters import REASONS
 from data.mixing import CorpusMix, corpus_weights
-from data.prepared import drop_long_pairs, prepare_corpus
+from data.overlap import HashedTexts, PriorPairs
+from data.piece_lengths import filter_in_pieces, tag_pieces
+from data.prepared import PreparedCorpus, drop_long_pairs, prepare_corpus
 from data.sampling import SampledPairs
 from data.settings import BatchSettings, DataSettings
 from data.subword_models import check_tags_are_pieces, given_tokenizers, train_or_load_tokenizers
@@ -49,8 +55,10 @@ class ReadCorpora:
             ``src``, ``tgt``.
         digests: per split, a sha256 of its content: what the models and tokenized splits key on.
         sizes: each training corpus's number of pairs, in order.
-        filtered: per training corpus that ``data.filters`` dropped pairs of, its counts by reason.
+        filtered: per training corpus that ``data.filters`` dropped pairs of where it was read,
+            its counts by reason.
         seconds: wall time of the ``read`` and ``filter`` stages.
+        prefixes: each training corpus's source prefix (its tags and a space, or ``""``).
     """
 
     splits: datasets.DatasetDict
@@ -58,6 +66,7 @@ class ReadCorpora:
     sizes: list[int]
     filtered: dict[str, dict[str, int]]
     seconds: dict[str, float]
+    prefixes: list[str]
 
 
 @dataclass(frozen=True)
@@ -74,7 +83,8 @@ class LoadedData:
         tgt_tokenizer: the target model (the same object where the vocabulary is joint).
         mix: which examples each epoch holds, where a training corpus's weight is not 1; else None.
         corpus_summary: per training corpus: name, pairs, weight, pairs per epoch, tag.
-        filtered: per training corpus, the pairs ``data.filters`` dropped, by reason.
+        filtered: per training corpus, the pairs ``data.filters`` dropped, by reason (where it was
+            read and, in pieces, after tokenization).
         stage_seconds: wall time of the read, filter, sentencepiece and tokenize stages.
     """
 
@@ -121,14 +131,19 @@ def load_data(settings: DataSettings) -> LoadedData:
     seconds["tokenize"] = time.perf_counter() - tick
     max_len = settings.batches.max_len
     src_len, tgt_len = lengths["train"]
-    keep = np.flatnonzero(np.maximum(src_len, tgt_len) <= max_len)
+    corpus_of = np.repeat(np.arange(len(read.sizes)), read.sizes)
+    passed, filtered = _filter_in_pieces(settings, read, src_tok, src_len, tgt_len, corpus_of)
+    keep = np.flatnonzero(passed & (np.maximum(src_len, tgt_len) <= max_len))
     served = {split: TokenizedPairs(tokenized[split]) for split in evaluated}
     served["train"] = _training_pairs(
         settings.batches, read.splits["train"], tokenized["train"], keep, src_tok, tgt_tok
     )
+    if not passed.all():
+        rows = np.flatnonzero(passed)
+        tokenized["train"], src_len, tgt_len = tokenized["train"].select(rows), src_len[rows], tgt_len[rows]
     tokenized["train"] = drop_long_pairs(tokenized["train"], src_len, tgt_len, max_len, "train")
-    lengths["train"] = (src_len[keep], tgt_len[keep])
-    corpus_of = np.repeat(np.arange(len(read.sizes)), read.sizes)[keep]
+    lengths["train"] = lengths["train"][0][keep], lengths["train"][1][keep]
+    corpus_of = corpus_of[keep]
     mix, summary = mix_corpora(settings.corpora, corpus_of, *lengths["train"])
     _warn_long_evaluated(evaluated, lengths, max_len)
     return LoadedData(
@@ -140,30 +155,41 @@ def load_data(settings: DataSettings) -> LoadedData:
         tgt_tokenizer=tgt_tok,
         mix=mix,
         corpus_summary=summary,
-        filtered=read.filtered,
+        filtered=filtered,
         stage_seconds=seconds,
     )
 
 
 def read_corpora(settings: DataSettings) -> ReadCorpora:
     """Every corpus of the run prepared: the main corpus's splits that no list replaces, each
-    training corpus's training split, each validation set's split, their tags on their sources."""
-    corpora = settings.corpora
+    validation set's split, then each training corpus's training split, their tags on their sources.
+
+    Where ``data.filters`` compares training pairs with the evaluation sets (``eval_overlap``) or
+    with the earlier corpora (``cross_duplicates``), the main corpus's training split is read apart
+    from its evaluation splits, after them; otherwise with them, in one cache entry, as always.
+    """
+    corpora, filters = settings.corpora, settings.filters
     tags = corpora.target_lang_tags
     read = functools.partial(
-        prepare_corpus, cache_dir=settings.cache_dir, bad_lines=settings.bad_lines, filters=settings.filters
+        prepare_corpus, cache_dir=settings.cache_dir, bad_lines=settings.bad_lines, filters=filters
     )
-    main = read(corpora.main, which_splits=_main_splits(corpora), src_prefix=corpora.main_prefix)
-    parts = [main]
-    if corpora.listed:
-        parts = [
-            read(c.location, which_splits=("train",), src_prefix=c.source_prefix(tags))
-            for c in corpora.training
-        ]
+    apart = corpora.listed or bool(filters.eval_overlap) or filters.cross_duplicates
+    main_splits = [s for s in _main_splits(corpora) if not (apart and s == "train")]
+    main = read(corpora.main, which_splits=main_splits, src_prefix=corpora.main_prefix)
     valid = [
         read(v.location, which_splits=("validation",), src_prefix=v.source_prefix(tags))
         for v in corpora.valid_sets
     ]
+    prefixes = [c.source_prefix(tags) for c in corpora.training]
+    parts = [main]
+    if apart:
+        evaluation = _evaluation_texts(corpora, main, valid, filters.eval_overlap)
+        parts, earlier = [], []  # earlier: the corpora read so far, hashed once if a later one is built
+        for corpus, prefix in zip(corpora.training, prefixes, strict=True):
+            prior = PriorPairs(evaluation, tuple(earlier) if filters.cross_duplicates else ())
+            part = read(corpus.location, which_splits=("train",), src_prefix=prefix, prior=prior)
+            parts.append(part)
+            earlier.append(HashedTexts(part.splits["train"], prefix, part.digests["train"], "pair"))
     seconds: dict[str, float] = {}
     for part in {id(p): p for p in [main, *parts, *valid]}.values():
         for stage, value in part.seconds.items():
@@ -175,6 +201,8 @@ def read_corpora(settings: DataSettings) -> ReadCorpora:
             f"{c.name}:{p.digests['train']}" for c, p in zip(corpora.training, parts, strict=True)
         )
         digests["train"] = hashlib.sha256(joined.encode()).hexdigest()
+    elif apart:  # the main corpus's training split alone, read after its evaluation splits
+        splits["train"], digests["train"] = parts[0].splits["train"], parts[0].digests["train"]
     for v, prepared in zip(corpora.valid_sets, valid, strict=True):
         splits[v.split_key] = prepared.splits["validation"]
         digests[v.split_key] = prepared.digests["validation"]
@@ -184,7 +212,56 @@ def read_corpora(settings: DataSettings) -> ReadCorpora:
         sizes=[len(p.splits["train"]) for p in parts],
         filtered={c.name: p.filtered for c, p in zip(corpora.training, parts, strict=True) if p.filtered},
         seconds=seconds,
+        prefixes=prefixes,
     )
+
+
+def _evaluation_texts(
+    corpora: RunCorpora, main: PreparedCorpus, valid: list[PreparedCorpus], mode: str | None
+) -> tuple[HashedTexts, ...]:
+    """The validation and test splits as ``eval_overlap`` compares them (``mode``), their tags taken
+    off; () where it is off."""
+    if mode is None:
+        return ()
+    sets = [(main, name, corpora.main_prefix) for name in ("validation", "test") if name in main.splits]
+    sets += [
+        (v, "validation", s.source_prefix(corpora.target_lang_tags))
+        for s, v in zip(corpora.valid_sets, valid, strict=True)
+    ]
+    return tuple(HashedTexts(p.splits[name], prefix, p.digests[name], mode) for p, name, prefix in sets)
+
+
+def _filter_in_pieces(
+    settings: DataSettings,
+    read: ReadCorpora,
+    src_tok: SubwordTokenizer,
+    src_len: np.ndarray,
+    tgt_len: np.ndarray,
+    corpus_of: np.ndarray,
+) -> tuple[np.ndarray, dict[str, dict[str, int]]]:
+    """``data.filters``' lengths in pieces (:mod:`data.piece_lengths`), logged per corpus.
+
+    Returns:
+        ``[N]`` bool, the training pairs kept; per training corpus, every filter's counts by
+        reason (where it was read, then in pieces), for those that dropped any.
+    """
+    filters, names = settings.filters, [c.name for c in settings.corpora.training]
+    if not filters.in_pieces:
+        return np.ones(len(src_len), dtype=bool), read.filtered
+    tags = tag_pieces(read.prefixes, src_tok)
+    passed, counts = filter_in_pieces(filters, src_len, tgt_len, corpus_of, tags)
+    filtered = {}
+    for name, in_pieces in zip(names, counts, strict=True):
+        if in_pieces:
+            logger.info(
+                "%s: data.filters dropped %s, counted in SentencePiece pieces",
+                name,
+                ", ".join(f"{n:,} pairs ({reason})" for reason, n in in_pieces.items()),
+            )
+        both = {**read.filtered.get(name, {}), **in_pieces}
+        if both:
+            filtered[name] = {reason: both[reason] for reason in REASONS if reason in both}
+    return passed, filtered
 
 
 def _main_splits(corpora: RunCorpora) -> list[str]:

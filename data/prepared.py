@@ -9,6 +9,7 @@ known.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -36,6 +37,7 @@ from data.corpus import (
 )
 from data.filters import PairFilter, PairFilters
 from data.hub import hub_blocks, pair_picker, read_hub
+from data.overlap import PriorPairs
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +128,7 @@ def prepare_corpus(
     which_splits: Sequence[str] = SPLITS,
     src_prefix: str = "",
     filters: PairFilters | None = None,
+    prior: PriorPairs | None = None,
 ) -> PreparedCorpus:
     """Stream a parallel corpus into Arrow, drop blank training pairs, cache it; or reuse the cache.
 
@@ -151,8 +154,12 @@ def prepare_corpus(
             training pairs has no others); the others are neither read nor required.
         src_prefix: text put before every source sentence of every split read, e.g. the tags
             ``"<BT> "`` or ``"<2fr> "`` (after the blank check; part of the cache key).
-        filters: ``data.filters`` for the training split (:mod:`data.filters`; part of the cache
-            key), each reason counted in the log.
+        filters: ``data.filters`` for the training split (:mod:`data.filters`): those applied where
+            it is read (:meth:`data.filters.PairFilters.where_read`) are part of the cache key, each
+            reason counted in the log.
+        prior: what ``eval_overlap`` and ``cross_duplicates`` compare the training pairs with
+            (only what the filters on use); its digests are part of the cache key, and it is hashed
+            only where the entry is built.
 
     Raises:
         CorpusNotFoundError: the chosen source cannot be read; when it is the fallback, the
@@ -172,16 +179,21 @@ def prepare_corpus(
     opened = (
         _open_local(location, source, which) if source.hub_id is None else _open_hub(location, source, which)
     )
-    filters = filters or PairFilters()
+    filters = (filters or PairFilters()).where_read()
+    make_filter = (
+        functools.partial(PairFilter, filters, location.src_lang, location.tgt_lang, prior)
+        if filters.active
+        else None
+    )
     if cache_dir is None:
-        return _build(opened, None, bad_lines, src_prefix, filters)
-    key = _source_key(location, source, opened.identity, bad_lines, src_prefix, which, filters)
+        return _build(opened, None, bad_lines, src_prefix, make_filter)
+    key = _source_key(location, source, opened.identity, bad_lines, src_prefix, which, filters, prior)
     entry = Path(cache_dir) / "corpus" / key
     if not (entry / _COMPLETE).is_file():
         with exclusive(entry):
             if not (entry / _COMPLETE).is_file():
                 entry.mkdir(parents=True, exist_ok=True)
-                return _build(opened, entry, bad_lines, src_prefix, filters)
+                return _build(opened, entry, bad_lines, src_prefix, make_filter)
     return _reuse(entry, which)
 
 
@@ -193,8 +205,10 @@ def _source_key(
     prefix: str,
     which_splits: Sequence[str],
     filters: PairFilters | None = None,
+    prior: PriorPairs | None = None,
 ) -> str:
-    """The corpus cache entry's name: a hash of the source, its files' identity and the settings."""
+    """The corpus cache entry's name: a hash of the source, its files' identity and the settings
+    (the filters applied where it is read, and what they compare with)."""
     settings = {
         "version": _CORPUS_CACHE_VERSION,
         "bad_lines": bad_lines,
@@ -204,8 +218,11 @@ def _source_key(
         "source": [str(source.data_dir), source.hub_id, source.hub_config, list(source.splits)],
         "identity": identity,
     }
+    filters = None if filters is None else filters.where_read()  # lengths in pieces act later
     if filters is not None and filters.active:  # entries made before filters existed keep their key
         settings["filters"] = filters.key()
+        if prior is not None and prior.key():
+            settings["prior"] = prior.key()
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -253,7 +270,11 @@ def _open_hub(location: CorpusLocation, source: CorpusSource, splits: tuple[str,
 
 
 def _build(
-    source: _OpenSource, directory: Path | None, bad_lines: str, src_prefix: str, filters: PairFilters
+    source: _OpenSource,
+    directory: Path | None,
+    bad_lines: str,
+    src_prefix: str,
+    make_filter: Callable[[], PairFilter] | None,
 ) -> PreparedCorpus:
     """Each split streamed into ``directory`` (None: memory), checked, then the entry marked complete."""
     splits, digests, seconds = {}, {}, {"read": 0.0, "filter": 0.0}
@@ -269,7 +290,7 @@ def _build(
             path,
             drop_blank=train,
             src_prefix=src_prefix,
-            pair_filter=PairFilter(filters) if train and filters.active else None,
+            pair_filter=make_filter() if train and make_filter is not None else None,
         )
         digests[name] = stats.digest
         for stage, value in stats.seconds.items():

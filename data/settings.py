@@ -128,7 +128,9 @@ class DataSettings:
             config: ``data:`` keys; Hydra's own (``_target_``, ``_convert_``) are passed over.
 
         Raises:
-            ValueError: an unknown key, or a bad value, naming ``data.<key>``.
+            ValueError: an unknown key, or a bad value, naming ``data.<key>``; a language that
+                ``data.filters.script`` or ``language`` cannot judge, or the language filter
+                without its extra, naming the install command.
         """
         defaults = config_defaults()
         given = {key: value for key, value in config.items() if not str(key).startswith("_")}
@@ -145,6 +147,10 @@ class DataSettings:
         location = CorpusLocation(**_fields(CorpusLocation, c))
         corpora = RunCorpora.parse(
             location, c["corpora"], c["corpora_temperature"], c["valid_sets"], c["target_lang_tags"]
+        )
+        # A language the script or language filter cannot judge (or its missing extra) stops the run now.
+        filters.check_languages(
+            lang for t in corpora.training for lang in (t.location.src_lang, t.location.tgt_lang)
         )
         return cls(
             corpora=corpora,

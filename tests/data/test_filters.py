@@ -36,7 +36,11 @@ def test_each_filter_drops_its_pairs_and_counts_them_by_their_first_reason():
         "max_len": 1,
         "length_ratio": 0,
         "copies": 1,
+        "eval_overlap": 0,
+        "cross_duplicates": 0,
         "duplicates": 2,
+        "script": 0,
+        "language": 0,
     }  # fmt: skip
     ratio_only = PairFilter(PairFilters(length_ratio=3))
     assert ratio_only.keep([s for s, _ in PAIRS], [t for _, t in PAIRS]).tolist().count(False) == 1
