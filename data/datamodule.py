@@ -157,7 +157,8 @@ class TranslationDataModule(L.LightningDataModule):
 
     @property
     def filters(self) -> PairFilters:
-        """``data.filters``: which training pairs are dropped where each training corpus is read."""
+        """``data.filters``: which training pairs are dropped, where each training corpus is read
+        and (lengths in pieces) once it is tokenized."""
         return self.settings.filters
 
     @property

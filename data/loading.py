@@ -164,16 +164,17 @@ def read_corpora(settings: DataSettings) -> ReadCorpora:
     """Every corpus of the run prepared: the main corpus's splits that no list replaces, each
     validation set's split, then each training corpus's training split, their tags on their sources.
 
-    Where ``data.filters`` compares training pairs with the evaluation sets (``eval_overlap``) or
-    with the earlier corpora (``cross_duplicates``), the main corpus's training split is read apart
-    from its evaluation splits, after them; otherwise with them, in one cache entry, as always.
+    Where ``data.filters`` compares training pairs with the evaluation sets (``eval_overlap``), the
+    main corpus's training split is read apart from its evaluation splits, after them; otherwise
+    with them, in one cache entry, as always. ``cross_duplicates`` compares each corpus of
+    ``data.corpora`` with those before it (one corpus alone has none).
     """
     corpora, filters = settings.corpora, settings.filters
     tags = corpora.target_lang_tags
     read = functools.partial(
         prepare_corpus, cache_dir=settings.cache_dir, bad_lines=settings.bad_lines, filters=filters
     )
-    apart = corpora.listed or bool(filters.eval_overlap) or filters.cross_duplicates
+    apart = corpora.listed or bool(filters.eval_overlap)  # training corpora read on their own
     main_splits = [s for s in _main_splits(corpora) if not (apart and s == "train")]
     main = read(corpora.main, which_splits=main_splits, src_prefix=corpora.main_prefix)
     valid = [

@@ -37,8 +37,11 @@ def en_zh_pairs(n: int, seed: int) -> list[tuple[str, str]]:
     combos = list(itertools.product(ADJECTIVES, NOUNS, VERBS, PLACES))
     chosen = random.Random(seed).sample(combos, n)
     return [
-        (f"a {a} {n} {v} {p}", f"一只{ADJECTIVES[a]}{NOUNS[n]}{PLACES[p]}{VERBS[v]}。")
-        for a, n, v, p in chosen
+        (
+            f"a {adj} {noun} {verb} {place}",
+            f"一只{ADJECTIVES[adj]}{NOUNS[noun]}{PLACES[place]}{VERBS[verb]}。",
+        )
+        for adj, noun, verb, place in chosen
     ]
 
 
@@ -248,12 +251,17 @@ def test_each_filter_drops_its_pairs_of_a_mixed_en_zh_run_counted_per_corpus(tmp
     assert len(dm.corpus["validation"]) == len(VALID) and len(dm.corpus["test"]) == len(TEST)
 
 
-def test_the_overlap_of_a_single_corpus_with_its_own_test_set_is_dropped(tmp_path):
+def test_the_overlap_of_a_single_corpus_with_its_own_test_set_is_dropped_and_follows_the_test_set(tmp_path):
     args = _mix(tmp_path)
     web = Path(args.pop("corpora")[0]["data_dir"])
+    main = Path(args["data_dir"])
     for name in ("train.en", "train.zh"):
-        (Path(args["data_dir"]) / name).write_bytes((web / name).read_bytes())
+        (main / name).write_bytes((web / name).read_bytes())
     dm = TranslationDataModule(**args, filters={"eval_overlap": "pair"})
     dm.setup("fit")
     assert dm.filtered == {"train": {"eval_overlap": 1}}
     assert IN_TEST[0] not in dm.corpus["train"]["src"] and len(dm.corpus["test"]) == len(TEST)
+    _write(main, "test", [*TEST, WEB[7]])  # a changed test set: the training split is read afresh
+    again = TranslationDataModule(**args, filters={"eval_overlap": "pair"})
+    again.setup("fit")
+    assert again.filtered == {"train": {"eval_overlap": 2}}
