@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import random
 import string
+from pathlib import Path
 
 import pytest
 import sentencepiece as spm
@@ -26,6 +27,7 @@ from transformer import Transformer, TransformerConfig
 from translation.alignment import encoded_words, format_alignment, hard_alignment, output_words, word_spans
 from translation.translator import SearchOptions, Translator
 
+GOLD = Path(__file__).parent / "data" / "alignment" / "de_en"
 PAD, BOS, EOS = 0, 2, 3
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa"
 WORDS = WORDS.split()
@@ -228,3 +230,17 @@ def test_any_output_s_words_and_links(
 def test_format_is_fast_align_s() -> None:
     assert format_alignment([(0, 0), (2, 1), (1, 2)]) == "0-0 2-1 1-2"
     assert format_alignment([]) == ""
+
+
+def test_the_gold_sample_is_well_formed() -> None:
+    """bench/alignment_error.py's sample: 50 pairs, links inside their lines, each once, every
+    English word linked."""
+    sources = GOLD.with_suffix(".de").read_text(encoding="utf-8").splitlines()
+    references = GOLD.with_suffix(".en").read_text(encoding="utf-8").splitlines()
+    gold = GOLD.with_suffix(".align").read_text(encoding="utf-8").splitlines()
+    assert len(sources) == len(references) == len(gold) == 50
+    for source, reference, line in zip(sources, references, gold, strict=True):
+        links = [tuple(map(int, link.split("-"))) for link in line.split()]
+        assert len(set(links)) == len(links)
+        assert all(0 <= i < len(source.split()) and 0 <= j < len(reference.split()) for i, j in links)
+        assert {j for _, j in links} == set(range(len(reference.split())))
