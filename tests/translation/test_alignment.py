@@ -1,8 +1,8 @@
-"""Word alignments (translation/alignment.py, ``Translator.align``).
+"""Word alignments (translation/alignment.py, ``Translator.align``, ``translate.py --alignment-output``).
 
 A tiny model overfit on a copy task (each sentence of distinct words copied, half of them after a
 target-language tag, ~5 s) must align each word with itself; the words and links of any output
-are checked as properties over random subwords.
+are checked as properties over random subwords; the command line writes what the API returns.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import io
 import random
 import string
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,14 +21,18 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import translate
+from common.checkpoint_fields import inference_fields
 from data.lines import one_line
 from data.tokenizer import SubwordTokenizer
 from decoding.ensemble import Ensemble
 from tests.toy_text import train_word_spm
 from transformer import Transformer, TransformerConfig
 from translation.alignment import encoded_words, format_alignment, hard_alignment, output_words, word_spans
+from translation.checkpoint import write_checkpoint
 from translation.translator import SearchOptions, Translator
 
+ROOT = Path(__file__).resolve().parents[2]
 GOLD = Path(__file__).parent / "data" / "alignment" / "de_en"
 PAD, BOS, EOS = 0, 2, 3
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa"
@@ -244,3 +250,129 @@ def test_the_gold_sample_is_well_formed() -> None:
         assert len(set(links)) == len(links)
         assert all(0 <= i < len(source.split()) and 0 <= j < len(reference.split()) for i, j in links)
         assert {j for _, j in links} == set(range(len(reference.split())))
+
+
+# ------------------------------------------------------------------------------ the command line
+
+
+@pytest.fixture(scope="module")
+def copy_checkpoint(copy_task, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    model, tokenizer = copy_task
+    path = tmp_path_factory.mktemp("copy") / "copy.ckpt"
+    proto = tokenizer.model_proto
+    write_checkpoint(path, model, inference_fields(proto, proto, "xx", "xx"))
+    return path
+
+
+INPUT = ["", *HELD_OUT[:9], "  ", "kilo lima", "zulu alpha", ""]  # "zulu" is no word of the task
+
+
+def main(checkpoint: Path, *args: str) -> int:
+    return translate.main(["--checkpoint", str(checkpoint), "--quiet", "--threads", "1", *args])
+
+
+def test_cli_alignments_agree_with_the_api_and_leave_the_translations_alone(
+    copy_task, copy_checkpoint: Path, tmp_path: Path, capsysbinary: pytest.CaptureFixture
+) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text("".join(line + "\n" for line in INPUT), encoding="utf-8")
+    for search in (["--beam-size", "3"], ["--greedy"]):
+        assert main(copy_checkpoint, "--input", str(source), *search) == 0
+        plain = capsysbinary.readouterr().out
+        nbest = (
+            ["--nbest", "2", "--nbest-output", str(tmp_path / "nbest.tsv")] if search[0] != "--greedy" else []
+        )
+        assert (
+            main(
+                copy_checkpoint,
+                "--input",
+                str(source),
+                *search,
+                "--alignment-output",
+                str(tmp_path / "al"),
+                *nbest,
+            )
+            == 0
+        )
+        assert capsysbinary.readouterr().out == plain  # the same translations, byte for byte
+        written = (tmp_path / "al").read_text(encoding="utf-8").split("\n")
+        assert written[-1] == "" and len(written[:-1]) == len(INPUT)  # one line per input line
+        translator = translator_of(copy_task)
+        options = (
+            SearchOptions(greedy=True) if search[0] == "--greedy" else SearchOptions(beam_size=3, nbest=2)
+        )
+        api = translator.align(INPUT, translator.translate_ids(translator.encode_sources(INPUT), options))
+        assert written[:-1] == [format_alignment(hyps[0].alignment) if hyps else "" for hyps in api]
+        if nbest:
+            rows = (tmp_path / "nbest.tsv").read_text(encoding="utf-8").splitlines()
+            assert [row.split("\t")[4] for row in rows] == [
+                format_alignment(h.alignment) for hyps in api for h in hyps
+            ]
+
+
+def test_cli_alignment_files_resume_and_merge_as_outputs_do(copy_checkpoint: Path, tmp_path: Path) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text("".join(line + "\n" for line in INPUT), encoding="utf-8")
+    run = ["--input", str(source), "--buffer-size", "3"]
+    assert (
+        main(
+            copy_checkpoint,
+            *run,
+            "--output",
+            str(tmp_path / "out"),
+            "--alignment-output",
+            str(tmp_path / "al"),
+        )
+        == 0
+    )
+    whole, whole_alignments = (tmp_path / "out").read_bytes(), (tmp_path / "al").read_bytes()
+    # Interrupted: the alignments behind the translations, their last line cut short.
+    (tmp_path / "out").write_bytes(b"".join(line + b"\n" for line in whole.split(b"\n")[:9]))
+    (tmp_path / "al").write_bytes(
+        b"".join(line + b"\n" for line in whole_alignments.split(b"\n")[:5]) + b"0-"
+    )
+    assert (
+        main(
+            copy_checkpoint,
+            *run,
+            "--output",
+            str(tmp_path / "out"),
+            "--alignment-output",
+            str(tmp_path / "al"),
+            "--resume",
+        )
+        == 0
+    )
+    assert (tmp_path / "out").read_bytes() == whole and (tmp_path / "al").read_bytes() == whole_alignments
+    for i in range(2):
+        shard = [
+            "--output",
+            str(tmp_path / f"out{i}"),
+            "--alignment-output",
+            str(tmp_path / f"al{i}"),
+            "--shard",
+            f"{i}/2",
+        ]
+        assert main(copy_checkpoint, *run, *shard) == 0
+    merged = subprocess.run(
+        [sys.executable, "-m", "translation.parts", str(tmp_path / "al1"), str(tmp_path / "al0")],
+        cwd=ROOT, capture_output=True, check=True, timeout=120,
+    )  # fmt: skip
+    assert merged.stdout == whole_alignments
+
+
+def test_cli_alignment_options_that_cannot_work_are_one_line_errors(
+    copy_checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert (
+        main(copy_checkpoint, "--alignment-output", str(tmp_path / "al"), "--alignment-layer", "2", "a") == 2
+    )
+    assert "error: --alignment-layer 2: the decoder has 1 layer, counted from 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(copy_checkpoint, "--alignment-layer", "1", "a")
+    assert (
+        exit_info.value.code == 2 and "--alignment-layer needs --alignment-output" in capsys.readouterr().err
+    )
+    with pytest.raises(SystemExit):
+        main(copy_checkpoint, "--score-references", "x", "--alignment-output", str(tmp_path / "al"), "a")
+    assert "drop --alignment-output" in capsys.readouterr().err
