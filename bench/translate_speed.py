@@ -2,9 +2,12 @@
 
     python bench/translate_speed.py --checkpoint CKPT --tree old=/path/to/old/checkout --tree new=.
     python bench/translate_speed.py --checkpoint CKPT --tree old=../old --tree new=. --threads 2 1 --rounds 3
+    python bench/translate_speed.py --checkpoint CKPT --tree plain=. --tree aligned=. \\
+        --tree-args "aligned=--alignment-output /tmp/aligned.align"       # one tree, two ways
 
 Each tree's ``translate.py --checkpoint CKPT --input test_2016_flickr.de --quiet`` runs as a user
-runs it (default options unless ``--args`` adds some), with ``--threads`` given, the trees
+runs it (default options unless ``--args`` adds some, or ``--tree-args`` to one tree only: a
+tree may be given twice under two names, to time an option), with ``--threads`` given, the trees
 alternated round by round in fresh processes, so that the machine's noise falls on all of them
 alike. Per tree and thread count: the median wall time, sentences per second, the peak resident
 memory (``ru_maxrss`` of the child, from ``os.wait4``), the speed as a ratio to the first tree,
@@ -62,12 +65,22 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[2, 1], help="thread counts to run")
     parser.add_argument("--rounds", type=int, default=3, help="alternated runs of every tree")
     parser.add_argument("--args", default="", help="more translate.py options, e.g. '--greedy'")
+    parser.add_argument(
+        "--tree-args",
+        action="append",
+        default=[],
+        metavar="NAME=ARGS",
+        help="more translate.py options for tree NAME only (repeat): 'aligned=--alignment-output a.align'",
+    )
     parser.add_argument("--same-as", help="the tree every tree's outputs must equal (default: the last)")
     add_json_option(parser, "translate_speed")
     args = parser.parse_args()
 
     trees = dict(item.split("=", 1) for item in args.tree)
     trees = {name: Path(path).resolve() for name, path in trees.items()}
+    extra = {name: shlex.split(more) for name, more in (item.split("=", 1) for item in args.tree_args)}
+    if set(extra) - set(trees):
+        parser.error(f"--tree-args for {', '.join(sorted(set(extra) - set(trees)))}: no --tree of that name")
     reference = args.same_as or list(trees)[-1]
     with tempfile.TemporaryDirectory() as tmp:
         source = Path(args.input)
@@ -86,6 +99,7 @@ def main() -> None:
             "input": f"{args.input} ({n_lines} lines)",
             "trees": {name: str(path) for name, path in trees.items()},
             "translate.py options": shlex.join(base[4:]) + " --threads N",
+            **{f"{name}'s own options": shlex.join(more) for name, more in extra.items()},
             "rounds": f"{args.rounds}, trees alternated within each round",
         }
         print_config("translate.py side by side", config)
@@ -97,7 +111,7 @@ def main() -> None:
                 order = list(trees) if r % 2 == 0 else list(reversed(trees))
                 for name in order:
                     out = Path(tmp) / f"{name}.{threads}.out"
-                    wall, peak = run_once(trees[name], base, threads, out)
+                    wall, peak = run_once(trees[name], base + extra.get(name, []), threads, out)
                     walls.setdefault((name, threads), []).append(wall)
                     peaks.setdefault((name, threads), []).append(peak)
                     outputs.setdefault((name, threads), set()).add(out.read_bytes())

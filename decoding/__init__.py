@@ -12,7 +12,8 @@ self-attention states; everything that turns that into translations lives here, 
 * ``search.py`` (greedy and beam search), ``sampling.py``, ``step.py`` (one step's scores, a block
   of rows at a time, and the kernels a device may swap), ``constraints.py`` (minimum length,
   no repeated n-grams, forced prefixes), ``ensemble.py`` (several models searched as one),
-  ``scoring.py`` (forced decoding);
+  ``scoring.py`` (forced decoding), ``alignment.py`` (the cross-attention of given outputs, forced,
+  for word alignments);
 * ``state.py`` and ``kv_cache.py``: what a search keeps between steps, the model's caches with
   their storage, and the sources shared by a sentence's hypotheses.
 

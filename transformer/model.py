@@ -182,8 +182,12 @@ class Transformer(nn.Module):
         """Per decoder layer, cross-attention weights [batch, heads, tgt_len, src_len] (eval mode)."""
         memory, src_mask = self.encode(src)
         _, weights = self.decode(
-            tgt_in, self.sources(memory, src_mask, summarise=False), src_mask, need_weights=True
-        )
+            tgt_in,
+            self.sources(memory, src_mask, summarise=False),
+            src_mask,
+            need_weights=True,
+            project=False,
+        )  # no logits: the weights are all that is asked
         return weights
 
     def encoder_attention_weights(self, src: Tensor) -> list[Tensor]:

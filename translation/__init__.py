@@ -22,6 +22,8 @@ Modules, one concept each:
   ``translation.console``: what ``translate.py`` runs, one concept each (its options and their
   checks, where lines come from, translating part by part, scoring, the output formats, stderr).
 * ``translation.metrics``: sacreBLEU and chrF with their signatures (``common.metrics``).
+* ``translation.alignment``: word alignments of translations (``Translator.align``,
+  ``--alignment-output``): subwords to words, the links, fast_align's ``i-j`` format.
 * ``translation.attention_plot``: cross-attention heatmaps of chosen lines (matplotlib, imported
   when asked for).
 * ``translation.export``: ``python3 -m translation.export``, a checkpoint as a CTranslate2 or Hugging

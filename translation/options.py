@@ -11,6 +11,7 @@ import argparse
 
 import torch
 
+from decoding.alignment import DEFAULT_LAYER
 from decoding.budget import ACCELERATOR_TOKENS
 from translation.parts import FILE_PART_LINES
 from translation.translator import DEFAULT_MAX_TOKENS, SearchOptions
@@ -45,6 +46,7 @@ examples:
   python translate.py --checkpoint best.ckpt --sampling --topp 0.9 --seed 1 --input mono.de
   python translate.py --checkpoint best.ckpt --input test.de --score-references test.en
   python translate.py --checkpoint best.ckpt --input test.de --prefix prefixes.en
+  python translate.py --checkpoint best.ckpt --input test.de --alignment-output test.align
 """
 
 
@@ -67,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_target_lang(io)
     _add_running(parser.add_argument_group("running"))
     _add_attention(parser.add_argument_group("attention plots"))
+    _add_alignment(parser.add_argument_group("word alignment"))
     return parser
 
 
@@ -310,4 +313,22 @@ def _add_attention(attention: argparse._ArgumentGroup) -> None:
         default=20,
         metavar="N",
         help="plot the first N non-empty lines (default: 20)",
+    )
+
+
+def _add_alignment(alignment: argparse._ArgumentGroup) -> None:
+    alignment.add_argument(
+        "--alignment-output",
+        metavar="FILE",
+        help="write each line's word alignment to FILE, one line per input line: 'i-j' links, 0-based, i a "
+        "word of the source line, j a word of its output line (both split on whitespace), each output "
+        "word linked to the source word it attends to most; with --nbest-output, every row gets its "
+        "alignment as a fifth column. Read from a forced pass over the translations: they stay the same",
+    )
+    alignment.add_argument(
+        "--alignment-layer",
+        type=int,
+        metavar="N",
+        help="the decoder layer whose cross-attention (heads averaged) aligns, from 1; negative from the "
+        f"end (default: {DEFAULT_LAYER}, the last: it aligned best, BENCHMARKS.md 'Word alignment')",
     )

@@ -4,7 +4,10 @@ Every file gets UTF-8, ``\\n``-ended lines whatever the locale, flushed a part a
 
 * the translations (``--output`` or stdout): one line per input line, the best translation, or
   with sampling the first sample (:func:`best_lines`);
-* ``--nbest-output``: ``line_number<TAB>rank<TAB>score<TAB>translation`` rows (:func:`nbest_rows`);
+* ``--nbest-output``: ``line_number<TAB>rank<TAB>score<TAB>translation`` rows (:func:`nbest_rows`),
+  and ``<TAB>alignment`` after them with ``--alignment-output``;
+* ``--alignment-output``: one line per input line, the word alignment of its output line, ``i-j``
+  links (:func:`alignment_lines`; "" for an empty line);
 * ``--score-references``' scores: ``sum<TAB>tokens<TAB>mean`` (:func:`score_rows`).
 """
 
@@ -15,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import BinaryIO
 
+from translation.alignment import format_alignment
 from translation.results import Score, Translation
 from translation.usage import UsageError
 
@@ -54,12 +58,26 @@ def best_lines(results: list[list[Translation]], sampling: bool) -> list[str]:
 
 
 def nbest_rows(results: list[list[Translation]], first: int = 1) -> list[str]:
-    """The n-best rows of input lines ``first, first + 1, ...``; empty lines have none."""
+    """The n-best rows of input lines ``first, first + 1, ...``; empty lines have none. A
+    translation with its alignment has it in a fifth column."""
     return [
         f"{number}\t{rank}\t{hyp.score:.6f}\t{hyp.text.replace(chr(9), ' ')}"
+        + ("" if hyp.alignment is None else "\t" + format_alignment(hyp.alignment))
         for number, hyps in enumerate(results, start=first)
         for rank, hyp in enumerate(hyps, start=1)
     ]
+
+
+def printed(results: list[list[Translation]], sampling: bool) -> list[list[Translation]]:
+    """Per input line, the translation its output line holds (:func:`best_lines`), alone in its
+    list; none for an empty line."""
+    return [[first_sample(hyps) if sampling else hyps[0]] if hyps else [] for hyps in results]
+
+
+def alignment_lines(results: list[list[Translation]], sampling: bool) -> list[str]:
+    """One line per input line: the alignment of its output line's translation, ``i-j`` links
+    ("" for an empty line, or an output with no words)."""
+    return [format_alignment(hyps[0].alignment or []) if hyps else "" for hyps in printed(results, sampling)]
 
 
 def score_rows(scores: list[Score]) -> list[str]:

@@ -2,7 +2,8 @@
 
 :class:`TranslationRun` is the recipe: :meth:`~TranslationRun.start` (``--resume``'s cut and
 skip, a shard's record), then each part of the input translated and its lines written and
-flushed before the next part is read (:meth:`~TranslationRun.translate_part`), then what needs the
+flushed before the next part is read (:meth:`~TranslationRun.translate_part`; with
+``--alignment-output``, its translations aligned, :meth:`~TranslationRun.align`), then what needs the
 whole run: the shard's record finished, the speed logged, the line counts of ``--references``
 and ``--prefix`` checked, attention plots drawn and the scores of ``--references`` printed. An
 ``--input`` of millions of lines is never held: only ``--references`` keeps the translations.
@@ -24,7 +25,7 @@ from tqdm import tqdm
 
 from translation.console import progress_bar
 from translation.inputs import AlignedFile, Input, Parts, read_input
-from translation.outputs import best_lines, nbest_rows, open_output, write_lines
+from translation.outputs import alignment_lines, best_lines, nbest_rows, open_output, printed, write_lines
 from translation.parts import FILE_PART_LINES
 from translation.results import Translation
 from translation.resume import resume_point
@@ -70,6 +71,11 @@ class TranslationRun:
         self.references = AlignedFile.read("--references", args.references)
         self.prefixes = AlignedFile.read("--prefix", args.prefix)
         self.digest = InputDigest() if args.shard else None
+        if args.alignment_output:  # a layer the model lacks, refused before translating
+            try:
+                translator.check_alignment_layer(args.alignment_layer)
+            except ValueError as err:
+                raise UsageError(str(err).replace("alignment layer", "--alignment-layer", 1)) from None
         self.tally = Tally()
 
     def run(self) -> None:
@@ -85,16 +91,20 @@ class TranslationRun:
         with (
             open_output(args.output, append=args.resume) as out,
             _optional_output(args.nbest_output, append=args.resume) as nbest_out,
+            _optional_output(args.alignment_output, append=args.resume) as alignment_out,
             progress_bar("sent", "translate", args.quiet) as bar,
         ):
             for first, lines in parts:
                 best, results = self.translate_part(first, lines, source.name, bar)
                 write_lines(best, out)
+                if alignment_out is not None:  # the n-best rows then carry them too
+                    results = self.align(lines, results)
+                    write_lines(alignment_lines(results, args.decoding.sampling), alignment_out)
                 if nbest_out is not None:
                     write_lines(nbest_rows(results, first), nbest_out)
         if record is not None:
             assert self.digest is not None
-            record.finish(self.digest, skip + self.tally.lines, args.input).write(args.output)
+            self._write_record(record.finish(self.digest, skip + self.tally.lines, args.input))
         self.finish(source.name)
 
     def start(self) -> tuple[int, ShardRecord | None]:
@@ -105,17 +115,33 @@ class TranslationRun:
         output = None if args.output is None else Path(args.output)
         holds_lines = output is not None and output.exists() and output.stat().st_size > 0
         skip = 0
-        if args.resume:  # the lines complete in --output (and --nbest-output), to which both are cut
+        if args.resume:  # the lines complete in --output (and the other outputs), to which all are cut
             if holds_lines:
                 check_resumable(output, args.shard, part_lines)
-            skip = resume_point(output, args.nbest_output, args.shard or WHOLE, part_lines)
+            skip = resume_point(
+                output, args.nbest_output, args.shard or WHOLE, part_lines, args.alignment_output
+            )
         if args.shard is None:
             return skip, None
         # A resumed shard keeps its record's fingerprint of the input, to check the input against.
         kept = ShardRecord.read(output) if args.resume and holds_lines else None
         record = kept.unfinished() if kept else ShardRecord(args.input, *args.shard, part_lines)
-        record.write(output)
+        self._write_record(record)
         return skip, record
+
+    def _write_record(self, record: ShardRecord) -> None:
+        """The shard's record beside ``--output``, and beside ``--alignment-output``, which holds
+        the same lines, so that ``python3 -m translation.parts`` merges either."""
+        for path in (self.args.output, self.args.alignment_output):
+            if path is not None:
+                record.write(path)
+
+    def align(self, lines: list[str], results: list[list[Translation]]) -> list[list[Translation]]:
+        """``results`` with word alignments: every hypothesis's where the n-best rows carry them,
+        else only the output line's."""
+        args = self.args
+        chosen = results if args.nbest_output else printed(results, args.decoding.sampling)
+        return self.translator.align(lines, chosen, args.alignment_layer, args.max_tokens)
 
     def _announce_resume(self, source: Input, skip: int) -> Parts:
         """``source``'s parts as they were, once it is logged where ``--resume`` continues."""

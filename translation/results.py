@@ -16,6 +16,9 @@ class Translation:
         score: length-normalised log-probability (NaN for greedy search).
         log_prob: raw log-probability (NaN for greedy search).
         sample: with sampling, which sample of the sentence it is (0 the first drawn); else None.
+        alignment: its word alignment, (source word, output word) links, 0-based over the
+            whitespace-split source line and ``text``, sorted by output word; None unless asked
+            for (``Translator.align``, ``translate.py --alignment-output``).
     """
 
     text: str
@@ -23,6 +26,7 @@ class Translation:
     score: float
     log_prob: float
     sample: int | None = None
+    alignment: list[tuple[int, int]] | None = None
 
 
 @dataclass

@@ -34,18 +34,21 @@ def resume_point(
     nbest: str | Path | None = None,
     shard: tuple[int, int] = WHOLE,
     part_lines: int = FILE_PART_LINES,
+    alignments: str | Path | None = None,
 ) -> int:
     """Where ``--resume`` continues: the input lines whose answers are complete in ``output``
-    and, given, in the ``nbest`` file, to which both files are cut.
+    and, given, in the ``nbest`` and ``alignments`` files, to which all are cut.
 
     ``output`` counts its complete lines. The n-best file's rows name their input line (from 1,
     in the whole input); the last line it names may have lost rows to the interruption, so only
     lines before it count (an n-best file without rows, or missing, counts none). Both files are
-    written a part at a time, so either may be ahead of the other; the earlier one wins.
+    written a part at a time, so either may be ahead of the other; the earlier one wins. The
+    ``alignments`` file has a line per output line, and counts its complete lines as ``output``.
 
     Args:
         output: the ``--output`` file.
         nbest: the ``--nbest-output`` file, or None.
+        alignments: the ``--alignment-output`` file, or None.
         shard: ``(I, N)`` of ``--shard``: the output holds parts I, I + N, ... of the input.
         part_lines: ``--buffer-size``, the lines of a part.
 
@@ -53,6 +56,9 @@ def resume_point(
         The number of this shard's input lines answered in both, the first ones.
     """
     done = resume_lines(output)
+    if alignments is not None:  # a missing file answers none
+        done = min(done, resume_lines(alignments))
+        _cut_lines(Path(output), done)
     if nbest is not None:
         path = Path(nbest)
         rows = path.read_bytes().split(b"\n") if path.exists() else []  # a row cut short names its line too
@@ -63,6 +69,8 @@ def resume_point(
             done = 0
         _cut_lines(Path(output), done)
         resume_nbest(path, input_line(done, shard, part_lines) + 1)
+    if alignments is not None:
+        _cut_lines(Path(alignments), done)
     return done
 
 

@@ -16,6 +16,7 @@ import re
 import sys
 from pathlib import Path
 
+from decoding.alignment import DEFAULT_LAYER
 from translation.options import build_parser
 from translation.shards import parse_shard
 from translation.translator import SearchOptions
@@ -164,6 +165,9 @@ def _check_input_output(args: argparse.Namespace) -> None:
             raise UsageError(f"--attention-dir draws the lines translated in one run: drop {option}")
     if args.attention_heads and not args.attention_dir:
         raise UsageError("--attention-heads needs --attention-dir")
+    if args.alignment_layer is not None and not args.alignment_output:
+        raise UsageError("--alignment-layer needs --alignment-output")
+    args.alignment_layer = DEFAULT_LAYER if args.alignment_layer is None else args.alignment_layer
 
 
 def _check_score_references(args: argparse.Namespace) -> None:
@@ -175,6 +179,7 @@ def _check_score_references(args: argparse.Namespace) -> None:
             ("--references", args.references),
             ("--nbest-output", args.nbest_output),
             ("--attention-dir", args.attention_dir),
+            ("--alignment-output", args.alignment_output),
             ("--prefix", args.prefix),
             ("--sampling", args.sampling),
             ("--workers", args.workers > 1),  # scores are made in this process

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -46,6 +47,19 @@ class Uppercase:
         if progress is not None:
             progress(len(sources))
         return results
+
+    def check_alignment_layer(self, layer: int) -> None:
+        pass
+
+    def align(self, texts, results, layer, max_tokens=None):  # noqa: ANN001, ANN201
+        """Output word j linked to source word j modulo the source's words."""
+        return [
+            [
+                replace(h, alignment=[(j % len(t.split()), j) for j in range(len(h.text.split()))])
+                for h in hyps
+            ]
+            for t, hyps in zip(texts, results, strict=True)
+        ]
 
 
 def run(directory: Path, *options: str) -> None:
@@ -120,3 +134,51 @@ def test_an_output_cut_at_any_byte_and_resumed_is_the_uncut_one(lines, part_line
         run(directory, *options, "--resume")
         assert output.read_bytes() == whole and nbest.read_bytes() == whole_nbest
         assert ShardRecord.read(output) == record
+
+
+@PROPS
+@given(
+    lines=inputs.filter(bool),
+    part_lines=st.integers(1, 8),
+    shard=st.none() | st.integers(1, 3).flatmap(lambda n: st.tuples(st.integers(0, n - 1), st.just(n))),
+    cuts=st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 1.0), st.floats(0.0, 1.0)),
+)
+def test_alignments_cut_at_any_byte_and_resumed_are_the_uncut_ones(lines, part_lines, shard, cuts):
+    """``--alignment-output`` beside ``--output`` and ``--nbest-output``, each cut anywhere: resumed,
+    all three are the straight run's (one alignment line per input line)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        write_input(directory, lines, final_newline=True)
+        files = [directory / "out", directory / "nbest", directory / "align"]
+        options = ["--output", str(files[0]), "--nbest", "2", "--nbest-output", str(files[1])]
+        options += ["--alignment-output", str(files[2]), "--buffer-size", str(part_lines)]
+        options += [] if shard is None else ["--shard", f"{shard[0]}/{shard[1]}"]
+        run(directory, *options)
+        whole = [f.read_bytes() for f in files]
+        assert count_lines(files[2]) == count_lines(files[0])
+        for f, data, cut in zip(files, whole, cuts, strict=True):
+            f.write_bytes(data[: round(cut * len(data))])  # a run stopped anywhere
+        run(directory, *options, "--resume")
+        assert [f.read_bytes() for f in files] == whole
+
+
+@PROPS
+@given(lines=inputs, part_lines=st.integers(1, 8), shards=st.integers(1, 4))
+def test_merged_alignment_shards_are_the_whole_alignment_file(lines, part_lines, shards):
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        write_input(directory, lines, final_newline=True)
+        run(
+            directory,
+            "--output",
+            str(directory / "whole"),
+            "--alignment-output",
+            str(directory / "whole.align"),
+        )
+        outputs = [directory / f"shard{i}.align" for i in range(shards)]
+        for i, output in enumerate(outputs):
+            shard = ["--output", str(directory / f"shard{i}"), "--alignment-output", str(output)]
+            run(directory, *shard, "--buffer-size", str(part_lines), "--shard", f"{i}/{shards}")
+        merged = io.BytesIO()
+        merge_shards(outputs, merged)
+        assert merged.getvalue() == (directory / "whole.align").read_bytes()
