@@ -13,6 +13,8 @@ self-attention states; everything that turns that into translations lives here, 
   of rows at a time, and the kernels a device may swap), ``constraints.py`` (minimum length,
   no repeated n-grams, forced prefixes), ``ensemble.py`` (several models searched as one),
   ``scoring.py`` (forced decoding);
+* ``lexical_constraints.py`` and ``constrained_search.py``: terminology, target subword sequences
+  every output contains, met by lexically constrained beam search with dynamic beam allocation;
 * ``state.py`` and ``kv_cache.py``: what a search keeps between steps, the model's caches with
   their storage, and the sources shared by a sentence's hypotheses.
 
