@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from decoding import DecodingConfig
 from decoding.constrained_search import constrained_beam_search
+from decoding.ensemble import Ensemble
 from decoding.search import beam_search
 from tests.test_translate import toy_checkpoint
 from tests.toy_text import LEXICON, toy_pairs
@@ -158,6 +159,32 @@ def test_with_no_constraints_the_constrained_search_chooses_as_the_plain_one(toy
     assert [[h.tokens for h in hyps] for hyps in constrained] == [[h.tokens for h in hyps] for hyps in plain]
     for a, b in zip(constrained, plain, strict=True):
         torch.testing.assert_close(torch.tensor([h.score for h in a]), torch.tensor([h.score for h in b]))
+
+
+def test_constraints_compose_with_a_prefix_the_no_repeat_rule_and_an_ensemble(toy: Translator) -> None:
+    src = toy.searcher.batch(toy.encode_sources(["ein hund läuft", "kind", "frau springt schnell"]))
+    wanted = encoded(toy, [["cat", "red"], ["street"], ["big dog"]])
+    prefixes = toy.tgt_tokenizer.encode(["the", "a small", ""])
+    found = constrained_beam_search(
+        toy.model,
+        src,
+        toy.bos_id,
+        toy.eos_id,
+        wanted,
+        beam_size=4,
+        nbest=2,
+        no_repeat_ngram=1,
+        prefixes=prefixes,
+    )
+    for hyps, constraints, prefix in zip(found, wanted, prefixes, strict=True):
+        for h in hyps:
+            assert h.tokens[: len(prefix)] == prefix and occurs_in_order(constraints, h.tokens, False)
+            assert len(set(h.tokens)) == len(h.tokens)  # no token twice
+    alone = constrained_beam_search(toy.model, src, toy.bos_id, toy.eos_id, wanted, beam_size=4)
+    pair = constrained_beam_search(
+        Ensemble([toy.model, toy.model]), src, toy.bos_id, toy.eos_id, wanted, beam_size=4
+    )
+    assert [[h.tokens for h in hyps] for hyps in pair] == [[h.tokens for h in hyps] for hyps in alone]
 
 
 def test_greedy_search_and_sampling_refuse_constraints(toy: Translator) -> None:

@@ -113,6 +113,8 @@ def test_every_output_and_nbest_entry_holds_the_constraints_and_an_unmeetable_li
     assert "is longer than its length limit of 13 subwords (--max-len-a 1.5 x 2 source tokens" in err
     assert err.count("ERROR") == 1
     assert "constraints not met in 1 of 6 lines" in err
+    workers = cli(capsys, *common, "--constraints", "--workers", "2", "--threads", "1", "--max-tokens", "8")
+    assert workers[1] == out  # the constraints travel with each batch to the worker processes
 
     ordered = cli(capsys, *common[:2], "--constraints", "--constraints-order", "ordered", "kind\tdog\tcat")[1]
     reverse = cli(capsys, *common[:2], "--constraints", "--constraints-order", "ordered", "kind\tcat\tdog")[1]
