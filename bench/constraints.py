@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import (  # noqa: E402,I001
     MULTI30K_DIR,
+    add_json_option,
     environment,
     median,
     print_config,
@@ -111,7 +112,8 @@ def main() -> None:
         "--rounds", type=int, default=1, help="rounds of both systems, alternated (default: 1)"
     )
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--data-dir", type=Path, default=MULTI30K_DIR)
+    parser.add_argument("--data-dir", type=Path, default=MULTI30K_DIR, help="test_2016_flickr.{de,en}.gz's")
+    add_json_option(parser, "constraints")
     args = parser.parse_args()
     set_threads(args.threads)
     translator = Translator.from_checkpoint(args.checkpoint)
@@ -173,7 +175,7 @@ def main() -> None:
     print(f"time with / without constraints: {ratio:.2f}x (median of {args.rounds} round(s))")
     print(scores.bleu_signature, scores.chrf_signature)
     write_json(
-        "constraints",
+        args.json,
         {"checkpoint": str(args.checkpoint), "beam": args.beam_size, "order": args.constraints_order}
         | {
             "lines": len(texts),
