@@ -15,6 +15,7 @@ the translator and runs; the work is in the ``translation`` package (its Python 
 ``options.py`` and ``usage.py`` (the options and their checks), ``translator.py`` (batching,
 search), ``checkpoint.py`` (loading), ``inputs.py``, ``parts.py`` and ``stream.py`` (where lines
 come from), ``pipeline.py`` (translating part by part), ``scoring.py`` (``--score-references``),
+``terminology.py`` (``--constraints``),
 ``outputs.py`` (the output formats), ``resume.py`` and ``shards.py`` (``--resume``, ``--shard``),
 ``workers.py`` and ``attention_plot.py``. Lightning and Hydra are never imported here.
 """

@@ -14,6 +14,8 @@ self-attention states; everything that turns that into translations lives here, 
   no repeated n-grams, forced prefixes), ``ensemble.py`` (several models searched as one),
   ``scoring.py`` (forced decoding), ``alignment.py`` (the cross-attention of given outputs, forced,
   for word alignments);
+* ``lexical_constraints.py`` and ``constrained_search.py``: terminology, target subword sequences
+  every output contains, met by lexically constrained beam search with dynamic beam allocation;
 * ``state.py`` and ``kv_cache.py``: what a search keeps between steps, the model's caches with
   their storage, and the sources shared by a sentence's hypotheses.
 

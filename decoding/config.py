@@ -71,6 +71,10 @@ class SamplingConfig:
             raise ValueError(f"temperature must be positive, not {self.temperature}")
 
 
+# How lexical constraints must occur in an output: in any order, or in the order given.
+CONSTRAINT_ORDERS = ("unordered", "ordered")
+
+
 @dataclass(frozen=True)
 class DecodingConfig(SearchSettings):
     """What to search with and how: :class:`SearchSettings`, and these.
@@ -83,6 +87,9 @@ class DecodingConfig(SearchSettings):
             ``decoding/sampling.py``), reshaped by ``topk``, ``topp`` and ``temperature``; a
             sentence's samples depend on ``seed`` and the sentence only, never on its batch.
         topk, topp, temperature, seed: :class:`SamplingConfig`'s (0, 1.0, 1.0, 0).
+        constraints_order: how the lexical constraints given with the sources must occur
+            (``decoding/lexical_constraints.py``): ``"unordered"`` (default), in any order, or
+            ``"ordered"``, in the order given; beam search only.
     """
 
     nbest: int = 1
@@ -92,9 +99,14 @@ class DecodingConfig(SearchSettings):
     topp: float = 1.0
     temperature: float = 1.0
     seed: int = 0
+    constraints_order: str = "unordered"
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.constraints_order not in CONSTRAINT_ORDERS:
+            raise ValueError(
+                f"constraints_order={self.constraints_order!r} must be one of {', '.join(CONSTRAINT_ORDERS)}"
+            )
         _ = self.sampling_config  # SamplingConfig checks topk, topp and temperature
         if self.greedy and self.sampling:
             raise ValueError("greedy and sampling exclude each other: choose one")

@@ -22,6 +22,7 @@ from torch import Tensor
 from data.batching import longest_first_batches
 from decoding.budget import default_max_tokens, hypothesis_widths
 from decoding.config import DecodingConfig
+from decoding.constrained_search import constrained_beam_search
 from decoding.ensemble import Ensemble
 from decoding.sampling import sample
 from decoding.search import beam_search, greedy_search
@@ -29,8 +30,12 @@ from decoding.step import PLAIN, Hypothesis, SearchKernels
 from transformer import Transformer
 
 # One batch to search: src [batch, src_len] with EOS, right-padded; the config; BOS and EOS ids;
-# per sentence its forced target prefix, or None; the kernels.
-SearchJob = tuple[Tensor, DecodingConfig, int, int, "list[list[int]] | None", SearchKernels]
+# per sentence its forced target prefix, or None; the kernels; per sentence its lexical
+# constraints (target id sequences), or None: a batch of sentences with constraints is searched
+# by ``constrained_search.py``.
+SearchJob = tuple[
+    Tensor, DecodingConfig, int, int, "list[list[int]] | None", SearchKernels, "list[list[list[int]]] | None"
+]
 
 
 def search_batch(model: Transformer | Ensemble, job: SearchJob) -> list[list[Hypothesis]]:
@@ -39,7 +44,7 @@ def search_batch(model: Transformer | Ensemble, job: SearchJob) -> list[list[Hyp
     Returns:
         Per sentence, up to ``config.nbest`` hypotheses, best first (NaN scores for greedy search).
     """
-    src, config, bos_id, eos_id, prefixes, kernels = job
+    src, config, bos_id, eos_id, prefixes, kernels, constraints = job
     common = dict(
         bos_id=bos_id,
         eos_id=eos_id,
@@ -52,6 +57,18 @@ def search_batch(model: Transformer | Ensemble, job: SearchJob) -> list[list[Hyp
     # Inference mode, not only no_grad: no version counters or view tracking on the ~1,000 small
     # tensor operations of every decoding step; the same kernels, so the same outputs.
     with torch.inference_mode(), kernels.context():
+        if constraints is not None:
+            _check_constrained(config)
+            return constrained_beam_search(
+                model,
+                src,
+                constraints=constraints,
+                ordered=config.constraints_order == "ordered",
+                beam_size=config.beam_size,
+                nbest=config.nbest,
+                alpha=config.alpha,
+                **common,
+            )
         if config.search == "greedy":
             return [[Hypothesis(out, math.nan, math.nan)] for out in greedy_search(model, src, **common)]
         if config.search == "sampling":
@@ -67,6 +84,12 @@ def search_batch(model: Transformer | Ensemble, job: SearchJob) -> list[list[Hyp
             kernels=kernels,
             **common,
         )
+
+
+def _check_constrained(config: DecodingConfig) -> None:
+    """Lexical constraints are met by beam search only (``constrained_search.py``)."""
+    if config.search != "beam":
+        raise ValueError(f"lexical constraints need beam search: drop {config.search}=True")
 
 
 class Pool(Protocol):
@@ -108,7 +131,7 @@ class Searcher:
         self, src: Tensor, config: DecodingConfig, prefixes: list[list[int]] | None = None
     ) -> list[list[Hypothesis]]:
         """One batch: ``src`` [batch, src_len] with EOS, right-padded -> per sentence its hypotheses."""
-        return search_batch(self.model, (src, config, self.bos_id, self.eos_id, prefixes, self.kernels))
+        return search_batch(self.model, (src, config, self.bos_id, self.eos_id, prefixes, self.kernels, None))
 
     def search_ids(
         self,
@@ -118,6 +141,7 @@ class Searcher:
         prefixes: Sequence[list[int]] | None = None,
         progress: Callable[[int], None] | None = None,
         pool: Pool | None = None,
+        constraints: Sequence[list[list[int]]] | None = None,
     ) -> list[list[Hypothesis]]:
         """Searches subword sources in batches of at most ``max_tokens`` padded hypothesis tokens.
 
@@ -129,18 +153,28 @@ class Searcher:
             prefixes: ``n`` target id lists each output starts with ([] forces nothing); None: none.
             progress: called with the number of sentences finished after each batch.
             pool: worker processes that search the batches; None searches here.
+            constraints: per source, the target id sequences its outputs must contain, in
+                ``config.constraints_order`` ([]: none; beam search only). The sources with
+                constraints are batched apart from the others, which are searched as without any.
 
         Returns:
             ``n`` lists of up to ``config.nbest`` hypotheses, best first, in input order; an empty
-            list for an empty source (the model never sees it).
+            list for an empty source (the model never sees it) and for a source whose constraints
+            were not all met within its length limit.
         """
         if prefixes is not None and len(prefixes) != len(sources):
             raise ValueError(f"{len(prefixes)} prefixes for {len(sources)} sources")
+        if constraints is not None and len(constraints) != len(sources):
+            raise ValueError(f"constraints for {len(constraints)} lines, but {len(sources)} sources")
         budget = default_max_tokens(self.device) if max_tokens is None else max_tokens
         results: list[list[Hypothesis]] = [[] for _ in sources]
         todo = [i for i, s in enumerate(sources) if s]
-        widths = hypothesis_widths([len(sources[i]) for i in todo], config.hypotheses)
-        batches = [[todo[j] for j in batch] for batch in longest_first_batches(widths, budget)]
+        constrained = [] if constraints is None else [i for i in todo if constraints[i]]
+        if constrained:
+            _check_constrained(config)
+            todo = [i for i in todo if not constraints[i]]
+        plain = self._batches(sources, todo, config, budget)
+        batches = plain + self._batches(sources, constrained, config, budget)
         jobs = (
             (
                 self.batch([sources[i] for i in indices]),
@@ -149,8 +183,9 @@ class Searcher:
                 self.eos_id,
                 None if prefixes is None else [list(prefixes[i]) for i in indices],
                 self.kernels,
+                None if b < len(plain) or constraints is None else [list(constraints[i]) for i in indices],
             )
-            for indices in batches
+            for b, indices in enumerate(batches)
         )
         if pool is None:
             found_per_batch = enumerate(search_batch(self.model, job) for job in jobs)
@@ -162,3 +197,11 @@ class Searcher:
             if progress is not None:
                 progress(len(batches[b]))
         return results
+
+    @staticmethod
+    def _batches(
+        sources: Sequence[list[int]], indices: list[int], config: DecodingConfig, budget: int
+    ) -> list[list[int]]:
+        """The sources ``indices`` in batches, longest first, under ``budget`` hypothesis tokens."""
+        widths = hypothesis_widths([len(sources[i]) for i in indices], config.hypotheses)
+        return [[indices[j] for j in batch] for batch in longest_first_batches(widths, budget)]

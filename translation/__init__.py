@@ -21,6 +21,8 @@ Modules, one concept each:
   ``translation.pipeline``, ``translation.scoring``, ``translation.outputs``,
   ``translation.console``: what ``translate.py`` runs, one concept each (its options and their
   checks, where lines come from, translating part by part, scoring, the output formats, stderr).
+* ``translation.terminology``: ``--constraints``, each line's lexical constraints after its tabs,
+  and the lines they could not be met in.
 * ``translation.metrics``: sacreBLEU and chrF with their signatures (``common.metrics``).
 * ``translation.alignment``: word alignments of translations (``Translator.align``,
   ``--alignment-output``): subwords to words, the links, fast_align's ``i-j`` format.

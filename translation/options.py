@@ -13,6 +13,7 @@ import torch
 
 from decoding.alignment import DEFAULT_LAYER
 from decoding.budget import ACCELERATOR_TOKENS
+from decoding.config import CONSTRAINT_ORDERS
 from translation.parts import FILE_PART_LINES
 from translation.translator import DEFAULT_MAX_TOKENS, SearchOptions
 
@@ -47,6 +48,7 @@ examples:
   python translate.py --checkpoint best.ckpt --input test.de --score-references test.en
   python translate.py --checkpoint best.ckpt --input test.de --prefix prefixes.en
   python translate.py --checkpoint best.ckpt --input test.de --alignment-output test.align
+  python translate.py --checkpoint best.ckpt --input terms.de --constraints   # source<TAB>term<TAB>...
 """
 
 
@@ -195,6 +197,22 @@ def _add_search(search: argparse._ArgumentGroup) -> None:
         metavar="FILE",
         help="one line per input line: its translation starts with that text, at the model's "
         "log-probabilities (an empty line forces nothing)",
+    )
+    search.add_argument(
+        "--constraints",
+        action="store_true",
+        help="read each input line as 'source<TAB>constraint<TAB>constraint...': every translation "
+        "(every n-best entry) contains each constraint, segmented by the target SentencePiece model as "
+        "a line of its own (lexically constrained beam search with dynamic beam allocation; not with "
+        "--greedy or --sampling); a line whose constraints are not met within its length limit "
+        "(--max-len-a, --max-len-b) gets an empty output line and an error naming it",
+    )
+    search.add_argument(
+        "--constraints-order",
+        choices=CONSTRAINT_ORDERS,
+        default=DEFAULTS.constraints_order,
+        help="with --constraints: unordered, each somewhere (occurrences may overlap), or ordered, "
+        "one after the other in the order given (default: %(default)s)",
     )
 
 

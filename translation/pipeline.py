@@ -30,6 +30,7 @@ from translation.parts import FILE_PART_LINES
 from translation.results import Translation
 from translation.resume import resume_point
 from translation.shards import WHOLE, InputDigest, ShardRecord, check_resumable
+from translation.terminology import report_unmet, split_constraints
 from translation.translator import Translator
 from translation.usage import UsageError
 from translation.workers import WorkerPool
@@ -44,6 +45,7 @@ class Tally:
     Attributes:
         lines, real: output lines written; those of non-empty input lines.
         tokens: output tokens of the best translations, ``</s>`` included.
+        unmet: lines whose constraints were not met (``--constraints``), their output lines empty.
         hypotheses: the output lines, kept for ``--references`` only.
         sources, results: the lines' source ids and translations, kept for ``--attention-dir``.
     """
@@ -51,6 +53,7 @@ class Tally:
     lines: int = 0
     real: int = 0
     tokens: int = 0
+    unmet: int = 0
     hypotheses: list[str] = field(default_factory=list)
     sources: list[list[int]] = field(default_factory=list)
     results: list[list[Translation]] = field(default_factory=list)
@@ -163,7 +166,11 @@ class TranslationRun:
         if self.references is not None:
             self.references.lines_for(first, len(lines), name)
         forced = None if self.prefixes is None else self.prefixes.lines_for(first, len(lines), name)
+        terms = None
+        if self.args.constraints:  # source<TAB>constraint<TAB>...
+            lines, terms = split_constraints(lines)
         sources = translator.encode_sources(lines, name, first)
+        wanted = None if terms is None else translator.encode_constraints(terms)
         real = sum(1 for source in sources if source)
         bar.total = (bar.total or 0) + real
         bar.refresh()
@@ -174,7 +181,12 @@ class TranslationRun:
             progress=bar.update,
             pool=self.pool,
             prefixes=None if forced is None else translator.encode_prefixes(forced, self.args.prefix, first),
+            constraints=wanted,
         )
+        if terms is not None and wanted is not None:
+            tally.unmet += report_unmet(
+                translator, sources, wanted, terms, results, self.args.decoding, name, first
+            )
         best = best_lines(results, self.args.decoding.sampling)
         tally.lines += len(best)
         tally.real += real
@@ -198,6 +210,12 @@ class TranslationRun:
             tally.real / max(seconds, 1e-9),
             tally.tokens / max(seconds, 1e-9),
         )
+        if tally.unmet:
+            logger.warning(
+                "constraints not met in %d of %d lines: their output lines are empty",
+                tally.unmet,
+                tally.lines,
+            )
         if not (args.resume or args.shard):  # a shard, or the rest of a run, answers part of the input
             for aligned in (self.references, self.prefixes):
                 if aligned is not None:

@@ -36,6 +36,7 @@ from translation.checkpoint import load_checkpoint
 from translation.device import resolve_device
 from translation.ensemble_check import check_ensemble_member
 from translation.results import Score, Translation
+from translation.terminology import report_unmet
 from translation.workers import WorkerPool
 
 logger = logging.getLogger(__name__)
@@ -227,6 +228,7 @@ class Translator:
         progress: Callable[[int], None] | None = None,
         pool: WorkerPool | None = None,
         prefixes: Sequence[list[int]] | None = None,
+        constraints: Sequence[list[list[int]]] | None = None,
     ) -> list[list[Translation]]:
         """Translate subword sources in batches of at most ``max_tokens`` padded hypothesis tokens.
 
@@ -241,12 +243,16 @@ class Translator:
                 model); None searches here.
             prefixes: ``n`` target id lists (:meth:`encode_prefixes`): each output starts with
                 its sentence's ([] forces nothing); None: none.
+            constraints: ``n`` lists of target id sequences (:meth:`encode_constraints`) that
+                every output of its sentence contains ([]: none; beam search only), in
+                ``options.constraints_order``; None: none.
 
         Returns:
             ``n`` lists of up to ``options.nbest`` translations, best first, in input order; an
-            empty list for an empty source (the model never sees it).
+            empty list for an empty source (the model never sees it) and for a source whose
+            constraints were not all met within its length limit.
         """
-        found = self.searcher.search_ids(sources, options, max_tokens, prefixes, progress, pool)
+        found = self.searcher.search_ids(sources, options, max_tokens, prefixes, progress, pool, constraints)
         results: list[list[Translation]] = []
         for hyps in found:
             texts = self.tgt_tokenizer.decode([h.tokens for h in hyps]) if hyps else []
@@ -264,6 +270,7 @@ class Translator:
         options: SearchOptions | None = None,
         max_tokens: int | None = None,
         prefixes: Sequence[str] | None = None,
+        constraints: Sequence[Sequence[str]] | None = None,
         **search: Any,
     ) -> list[str]:
         """The best translation of each text: one per text, in order, as ``translate.py`` gives.
@@ -276,6 +283,10 @@ class Translator:
             options: search settings (default: ``SearchOptions()``).
             max_tokens: budget per batch, as in :meth:`translate_ids`.
             prefixes: ``n`` texts each translation must start with ("" forces nothing).
+            constraints: ``n`` lists of texts each translation must contain (beam search only;
+                ``constraints_order="ordered"``: in that order); a text whose constraints were not
+                all met within its length limit gives "", with an error logged
+                (``translation/terminology.py``).
             **search: :class:`SearchOptions` fields by name, over ``options``, e.g.
                 ``beam_size=4``, ``alpha=1.0``, ``greedy=True``, ``max_len_b=50``.
 
@@ -288,7 +299,11 @@ class Translator:
         """
         options = replace(options or SearchOptions(), **search)
         forced = None if prefixes is None else self.encode_prefixes(prefixes)
-        found = self.translate_ids(self.encode_sources(texts), options, max_tokens, prefixes=forced)
+        sources = self.encode_sources(texts)
+        wanted = None if constraints is None else self.encode_constraints(constraints)
+        found = self.translate_ids(sources, options, max_tokens, prefixes=forced, constraints=wanted)
+        if wanted is not None:
+            report_unmet(self, sources, wanted, [list(c) for c in constraints or []], found, options)
         return [hyps[0].text if hyps else "" for hyps in found]
 
     @torch.no_grad()
@@ -386,6 +401,15 @@ class Translator:
         """
         ids = self.tgt_tokenizer.encode([one_line(t) if t.strip() else "" for t in texts])
         return [self._cropped(seq, name, number) for number, seq in enumerate(ids, start=first_line)]
+
+    def encode_constraints(self, texts: Sequence[Sequence[str]]) -> list[list[list[int]]]:
+        """Target subword ids of each line's lexical constraints; those with no subwords dropped.
+
+        Each constraint is encoded as a line of its own, so it begins with the word-initial
+        ``▁``: the pieces it has inside a sentence (``translation/terminology.py``).
+        """
+        encoded = [self.tgt_tokenizer.encode([one_line(t) for t in line]) if line else [] for line in texts]
+        return [[ids for ids in line if ids] for line in encoded]
 
     def _cropped(self, seq: list[int], name: str, number: int) -> list[int]:
         """``seq`` cut to :attr:`max_source_tokens` ids, with a warning naming line ``number`` of ``name``."""

@@ -41,6 +41,7 @@ SEARCH_OPTIONS = {
     "topp": "--topp",
     "temperature": "--temperature",
     "seed": "--seed",
+    "constraints_order": "--constraints-order",
 }
 
 
@@ -64,6 +65,7 @@ def search_options(args: argparse.Namespace) -> SearchOptions:
         topp=args.topp,
         temperature=args.temperature,
         seed=args.seed,
+        constraints_order=args.constraints_order,
     )
 
 
@@ -113,6 +115,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         _check_values(args)
         args.decoding = search_options(args)
         _check_input_output(args)
+        _check_constraints(args)
         _check_score_references(args)
     except UsageError as err:
         parser.error(str(err))
@@ -170,6 +173,13 @@ def _check_input_output(args: argparse.Namespace) -> None:
     args.alignment_layer = DEFAULT_LAYER if args.alignment_layer is None else args.alignment_layer
 
 
+def _check_constraints(args: argparse.Namespace) -> None:
+    """Lexical constraints are met by beam search only (``decoding/constrained_search.py``)."""
+    for option, value in (("--greedy", args.greedy), ("--sampling", args.sampling)):
+        if args.constraints and value:
+            raise UsageError(f"--constraints needs beam search: drop {option} (--beam-size 1 is allowed)")
+
+
 def _check_score_references(args: argparse.Namespace) -> None:
     if not args.score_references:
         return
@@ -181,6 +191,7 @@ def _check_score_references(args: argparse.Namespace) -> None:
             ("--attention-dir", args.attention_dir),
             ("--alignment-output", args.alignment_output),
             ("--prefix", args.prefix),
+            ("--constraints", args.constraints),
             ("--sampling", args.sampling),
             ("--workers", args.workers > 1),  # scores are made in this process
             ("--shard", args.shard),  # a shard's scores would fail the count check at the end

@@ -36,7 +36,16 @@ class Uppercase:
     def encode_sources(self, texts: list[str], name: str = "", first_line: int = 1) -> list[list[int]]:
         return [[ord(c) for c in text] if text.strip() else [] for text in texts]
 
-    def translate_ids(self, sources, options, max_tokens=None, progress=None, pool=None, prefixes=None):  # noqa: ANN001, ANN201
+    def translate_ids(  # noqa: ANN001, ANN201
+        self,
+        sources,
+        options,
+        max_tokens=None,
+        progress=None,
+        pool=None,
+        prefixes=None,
+        constraints=None,
+    ):
         results = []
         for source in sources:
             text = "".join(map(chr, source)).upper()

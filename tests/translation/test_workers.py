@@ -98,7 +98,7 @@ def test_an_error_in_a_worker_reaches_the_caller(pool: WorkerPool) -> None:
     with pytest.raises(ValueError, match="not enough values to unpack"):
         list(pool.imap_unordered(search_batch, [bad_job]))
     # The pool still works afterwards.
-    good_job = (torch.tensor([[5, 6, 3]]), SearchOptions(greedy=True), 2, 3, None, PLAIN)
+    good_job = (torch.tensor([[5, 6, 3]]), SearchOptions(greedy=True), 2, 3, None, PLAIN, None)
     assert [i for i, _ in pool.imap_unordered(search_batch, [good_job])] == [0]
 
 
