@@ -70,7 +70,7 @@ class BatchLimits:
 
 
 @dataclass
-class Job(Generic[Result]):
+class Job:
     """One request's lines waiting for their search."""
 
     key: Hashable
@@ -126,7 +126,7 @@ class Batcher(Generic[Result]):
         Raises:
             QueueFullError: the queue is closed, or its lines would pass ``max_queued_lines``.
         """
-        job: Job = Job(key, sources)
+        job = Job(key, sources)
         with self._cond:
             if self._closed:
                 self.counters.refused += 1
