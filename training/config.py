@@ -24,13 +24,18 @@ def register_resolvers() -> None:
 register_resolvers()
 
 
-def default_config() -> dict:
-    """``conf/train.yaml`` composed without overrides: every setting's default (interpolations
-    such as the output directory left unresolved: they need a running job)."""
+def default_config(overrides: list[str] | None = None) -> dict:
+    """``conf/train.yaml`` composed with ``overrides`` (none: every setting's default), interpolations
+    such as the output directory left unresolved: they need a running job."""
     if GlobalHydra.instance().is_initialized():  # inside train.py's @hydra.main
-        return OmegaConf.to_container(compose(config_name="train"))  # type: ignore[return-value]
+        return OmegaConf.to_container(compose(config_name="train", overrides=overrides or []))  # type: ignore[return-value]
     with initialize_config_dir(config_dir=str(PROJECT_ROOT / "conf"), version_base="1.3"):
-        return OmegaConf.to_container(compose(config_name="train"))  # type: ignore[return-value]
+        return OmegaConf.to_container(compose(config_name="train", overrides=overrides or []))  # type: ignore[return-value]
+
+
+def model_group(name: str) -> dict:
+    """The ``model`` settings of ``conf/model/<name>.yaml``, as the config composes them."""
+    return default_config([f"model={name}"])["model"]
 
 
 def plain(cfg: DictConfig) -> dict:

@@ -18,23 +18,21 @@ A run is a recipe of named steps, each a screen or less, each reading what the o
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
+from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 import training.quiet  # noqa: F401 (third-party noise silenced before a Trainer exists)
-from common.metrics import check_bleu_tokenizers
-from data.settings import DataSettings
 from fastpaths.optimize import optimize
 from training.average import average_checkpoints
-from training.budget import BudgetSettings
 from training.callbacks import InferenceFields, RunCallbacks, run_callbacks
 from training.checkpoint_io import AtomicCheckpointIO
 from training.checkpoints import plan_checkpoints
@@ -42,26 +40,27 @@ from training.config import default_config, plain
 from training.ending import FAILED, FINISHED, Ending, ending_after_fit, ending_of_exception
 from training.loggers import make_loggers
 from training.lr import RateSettings
-from training.lr.shapes import FLAT
 from training.memory import configure_allocators
 from training.module import TranslationModule
-from training.moved_keys import refuse_moved
 from training.plots import plot_learning_curve
-from training.precision import PrecisionChoice, resolve_precision
+from training.precision import PrecisionChoice
 from training.preemption import Preempted
 from training.ranks import RankWatch, ddp_strategy
+from training.recipe.fit import SHAPE_KEYS, fit_to_budget, given_keys
 from training.run_record import RunRecord
-from training.selection import Selection, choose_selection
+from training.settings import ConfigError, RunSettings, check_settings
 from training.start import INITIALISED, RESUMED, TESTED, StartPoint, start_point
 from training.start.init import describe, fresh_state_said, load_weights
 from training.start.vocabulary import run_vocabulary
-from transformer.mechanisms import AttentionConfig
 
 logger = logging.getLogger(__name__)
 
 
-def train(cfg: DictConfig) -> dict[str, Any]:
+def train(cfg: DictConfig, overrides: list[str] | None = None) -> dict[str, Any]:
     """Fits, optionally averages checkpoints, tests; returns the final metrics.
+
+    ``overrides`` are the command line's (``key=value``; None: Hydra's, inside ``train.py``): the
+    keys they set stay as given where the recipe is fitted to a budget (``recipe.fit``).
 
     Writes into ``cfg.paths.output_dir``: ``config.yaml``, ``checkpoints/``, ``logs/metrics.csv``,
     ``tensorboard/`` (with the default logger), ``tokenizer/``, ``test.<tgt>.hyp``, ``results.json``
@@ -74,8 +73,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     # Before training allocates: every step reuses the last one's memory (training/memory.py).
     configure_allocators()
     record = RunRecord(output_dir)
+    if overrides is None:
+        overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
     try:
-        return _train(cfg, output_dir, record)
+        return _train(cfg, output_dir, record, given_keys(overrides))
     except BaseException as err:
         ending = ending_of_exception(err, record.trainer)
         record.write(record.metrics(), ending)
@@ -84,79 +85,17 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         raise
 
 
-def _train(cfg: DictConfig, output_dir: Path, record: RunRecord) -> dict[str, Any]:
-    settings = _settings(cfg, record)
+def _train(cfg: DictConfig, output_dir: Path, record: RunRecord, given: frozenset[str]) -> dict[str, Any]:
+    settings = check_settings(cfg, record)
     start = _start(cfg, output_dir, settings, record)
     datamodule = _data(cfg, output_dir, start, record)
+    datamodule, settings = _recipe(cfg, output_dir, start, datamodule, settings, record, given)
     run_config = _write_config(cfg, output_dir, settings.precision, start, datamodule)
     module = _module(cfg, output_dir, start, datamodule, settings)
     trainer, run = _trainer(cfg, output_dir, start, settings, module, datamodule, run_config, record)
     _fit(cfg, trainer, module, datamodule, start, run, settings)
     test_ckpt = _average(cfg, trainer, start, run, record)
     return _test(cfg, trainer, module, datamodule, start, test_ckpt, record)
-
-
-# ---------------------------------------------------------------------------------- 1. settings
-
-
-class ConfigError(ValueError):
-    """A setting of the config that cannot be used; the message names the key."""
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """What the config says, checked before anything is written or prepared.
-
-    Attributes:
-        selection: the metric that chooses the best checkpoint and drives early stopping and plateaus.
-        precision: the precision chosen, and why.
-        lr: the ``lr`` group; budget: the ``budget`` group.
-    """
-
-    selection: Selection
-    precision: PrecisionChoice
-    lr: RateSettings
-    budget: BudgetSettings
-
-
-def _settings(cfg: DictConfig, record: RunRecord) -> RunSettings:
-    """The config checked (module docstring, step 1).
-
-    Raises:
-        ConfigError: a bad setting, naming its key (a moved key, naming its new name).
-    """
-    try:
-        return _checked_settings(cfg, record)
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-
-
-def _checked_settings(cfg: DictConfig, record: RunRecord) -> RunSettings:
-    refuse_moved(OmegaConf.to_container(cfg, resolve=False))  # type: ignore[arg-type]
-    # A role a mechanism cannot do is refused at once, naming it (transformer/mechanisms.py).
-    attention = AttentionConfig.from_dict(plain(cfg.model.get("attention") or DictConfig({})))
-    attention.check_dropout(cfg.model.get("attention_dropout", 0.0))
-    data = cfg.data
-    sets = DataSettings.from_config(plain(data)).corpora.valid_sets  # every data key checked
-    names = [s.name for s in sets]
-    metric, select_on = str(cfg.checkpoint.get("metric", "bleu")), cfg.checkpoint.get("select_on")
-    selection = choose_selection(metric, select_on, names)
-    # BLEU's tokenizer, for every language scored, before an update rather than at the first
-    # validation: a missing extra (MeCab) or a mistyped name stops the run now, saying what to install.
-    languages = sorted({str(data.tgt_lang), *(s.location.tgt_lang for s in sets)})
-    check_bleu_tokenizers(languages, cfg.get("bleu_tokenize"), "bleu_tokenize")
-    precision = resolve_precision(cfg)
-    record.valid_set_names = names
-    record.fields.update(selected_by=selection.monitor)
-    record.fields.update(precision=precision.precision, precision_reason=precision.reason)
-    lr = RateSettings.from_dict(plain(cfg.lr))
-    budget = BudgetSettings.from_dict(plain(cfg.budget))
-    if budget.fit == "budget" and cfg.trainer.get("max_time") and lr.schedule in FLAT:
-        raise ValueError(
-            f"lr.schedule={lr.schedule} keeps the rate (or lowers it on plateaus) and budget.fit=budget "
-            "decays it to the budget's end: set budget.fit=none, or another schedule"
-        )
-    return RunSettings(selection, precision, lr, budget)
 
 
 # ---------------------------------------------------------------------------------- 2. start
@@ -173,7 +112,17 @@ def _start(cfg: DictConfig, output_dir: Path, settings: RunSettings, record: Run
         record.fields.update(finetune_reset=sorted(start.reset))
     for key, value in start.vocabulary.items():
         cfg.data[key] = value
+    if start.recipe:  # a resumed run's recipe, chosen for its budget when it started
+        _set_recipe(cfg, start.recipe)
     return start
+
+
+def _set_recipe(cfg: DictConfig, chosen: dict[str, Any]) -> None:
+    """Sets the recipe's dotted keys in the config, and records them as ``recipe.chosen``."""
+    with open_dict(cfg):
+        for key, value in chosen.items():
+            OmegaConf.update(cfg, key, value)
+        cfg.recipe.chosen = dict(chosen)
 
 
 # ---------------------------------------------------------------------------------- 3. data
@@ -207,6 +156,38 @@ def _write_config(
         + OmegaConf.to_yaml(cfg, resolve=True)
     )
     return plain(cfg)
+
+
+def _recipe(
+    cfg: DictConfig,
+    output_dir: Path,
+    start: StartPoint,
+    datamodule: Any,
+    settings: RunSettings,
+    record: RunRecord,
+    given: frozenset[str],
+) -> tuple[Any, RunSettings]:
+    """``recipe.fit=budget``: the shape, dropout, batch, rate and schedule chosen for the budget
+    (:mod:`training.recipe`), written into the config; the data's batches cut anew where the batch
+    size changed. A resumed run keeps its choice (set at the start)."""
+    if (
+        cfg.recipe.fit != "budget"
+        or not cfg.trainer.get("max_time")
+        or not cfg.train
+        or start.kind == RESUMED
+    ):
+        return datamodule, settings
+    if start.kind == INITIALISED:  # the checkpoint's weights fix the shape
+        given = given | frozenset(SHAPE_KEYS)
+    choice = fit_to_budget(
+        cfg, datamodule, settings.precision.precision, settings.budget.validation_share, given
+    )
+    record.fields.update(recipe=choice.as_results())
+    _set_recipe(cfg, choice.settings)
+    if cfg.data.max_tokens != datamodule.settings.batches.max_tokens:
+        datamodule = _data(cfg, output_dir, start, record)  # prepared already: its batches cut anew
+    L.seed_everything(cfg.seed, workers=True)  # the timed candidates drew from the generator
+    return datamodule, dataclasses.replace(settings, lr=RateSettings.from_dict(plain(cfg.lr)))
 
 
 # ---------------------------------------------------------------------------------- 5. module
@@ -400,4 +381,4 @@ def _test(
     return results
 
 
-__all__ = ["RunRecord", "default_config", "train"]
+__all__ = ["ConfigError", "RunRecord", "default_config", "train"]

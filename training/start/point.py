@@ -14,6 +14,7 @@ learning rate and callbacks' carried state, and the checkpoint Lightning restore
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,6 +49,8 @@ class StartPoint:
         model: the model config the run builds from (the checkpoint's, with this run's
             regularisation), for an initialised run; None: the run's ``model`` config.
         carried: what an initialised run carries on (``finetune.reset``); None otherwise.
+        recipe: the recipe a resumed run's checkpoint was fitted to its budget with
+            (``recipe.chosen``: dotted key -> value), which it keeps; empty otherwise.
         reset: the parts an initialised run takes fresh.
         said: what the log says about the start, in order: (logging level, line).
     """
@@ -61,6 +64,7 @@ class StartPoint:
     carried: Carried | None = None
     reset: frozenset[str] = frozenset(RESETTABLE)
     said: tuple[tuple[int, str], ...] = ()
+    recipe: dict[str, Any] = field(default_factory=dict)
 
     @property
     def global_step(self) -> int:
@@ -145,15 +149,40 @@ def _resumed(
     said = []
     if config.get("init_from"):  # a requeued fine-tuning job: its own checkpoint wins
         said.append((logging.INFO, f"init_from: not loaded; the requeued run resumes from {path}"))
+    saved = migrate_config(checkpoint.get("run_config"))
+    recipe = kept_recipe(saved, config)
+    if recipe:  # chosen for its budget when it started: kept, as if given
+        config = with_keys(config, {**recipe, "recipe.chosen": recipe})
+        said.append((logging.INFO, f"resume: the recipe fitted to the budget kept: {recipe}"))
     if train:
         allowed = [str(k) for k in (config.get("resume") or {}).get("allow_changes") or []]
-        saved = migrate_config(checkpoint.get("run_config"))
         changes = check_config(saved, config, allowed, defaults() if saved is not None else None)
         said += [(logging.WARNING, f"resume: {change}") for change in changes]
     vocabulary, words = pinned_vocabulary(checkpoint, path, config["data"], output_dir, run_dir, "ckpt_path")
     if words:
         said.append((logging.INFO, f"resume: {words}" if train else f"tested with {words}"))
-    return StartPoint(RESUMED if train else TESTED, path, checkpoint, run_dir, vocabulary, said=tuple(said))
+    kind = RESUMED if train else TESTED
+    return StartPoint(kind, path, checkpoint, run_dir, vocabulary, said=tuple(said), recipe=recipe)
+
+
+def kept_recipe(saved: dict[str, Any] | None, config: dict[str, Any]) -> dict[str, Any]:
+    """The recipe a checkpoint's run chose for its budget (its ``recipe.chosen``), where this run
+    fits one too (``recipe.fit=budget``); empty otherwise."""
+    chosen = ((saved or {}).get("recipe") or {}).get("chosen")
+    fitted = (config.get("recipe") or {}).get("fit") == "budget"
+    return dict(chosen) if chosen and fitted else {}
+
+
+def with_keys(config: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``config`` with the dotted keys of ``values`` set."""
+    out = copy.deepcopy(config)
+    for key, value in values.items():
+        *groups, last = key.split(".")
+        node = out
+        for group in groups:
+            node = node.setdefault(group, {})
+        node[last] = value
+    return out
 
 
 def _initialised(path: Path, config: dict[str, Any], output_dir: Path, selection: Selection) -> StartPoint:

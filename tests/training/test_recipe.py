@@ -1,0 +1,120 @@
+"""The recipe fitted to a budget (training/recipe/): the keys the command line gives stay, the rule
+reads the map's curves, and a run applies, records and keeps what it chose."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import torch
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.toy_text import write_toy_corpus
+from tests.training.test_pipeline import compose_config, toy_overrides
+from training.pipeline import train
+from training.recipe import rule
+from training.recipe.fit import SHAPE_KEYS, given_keys
+from training.recipe.forecast import Forecast
+from training.recipe.rule import Regime, ShapeMap, choose, predicted_bleu
+
+REGIMES = (
+    Regime(3.0, 0.1, 2048, 2e-3, "linear", 10),
+    Regime(float("inf"), 0.2, 4096, 1e-3, "linear", 20),
+)
+TOY_MAP = {
+    "tiny": ShapeMap(((1.0, 10.0), (4.0, 20.0), (16.0, 25.0)), REGIMES),
+    "compact": ShapeMap(((1.0, 6.0), (4.0, 18.0), (16.0, 30.0)), REGIMES),
+}
+SHAPES = {name: {key: i for key in SHAPE_KEYS} for i, name in enumerate(TOY_MAP)}
+
+
+def test_the_keys_the_command_line_sets_are_given():
+    overrides = ["model=tiny", "model.dropout=0.3", "+lr.peak=1e-3", "trainer.max_time=00:00:05:00", "seed=2"]
+    assert given_keys(overrides) == frozenset({*SHAPE_KEYS, "model.dropout", "lr.peak"})
+    assert given_keys(["data.max_tokens=2048", "lr.schedule=cosine"]) == {"data.max_tokens", "lr.schedule"}
+    assert given_keys(["experiment=multi30k_de_en"]) == frozenset()
+
+
+@settings(max_examples=200, deadline=None)
+@given(epochs=st.floats(0.0, 100.0))
+def test_the_curve_is_read_between_its_points_and_never_extrapolated_upwards(epochs):
+    curve = TOY_MAP["compact"].curve
+    value = predicted_bleu(curve, epochs)
+    assert 0.0 <= value <= max(b for _, b in curve)
+    if epochs >= curve[-1][0]:
+        assert value == curve[-1][1]
+    for e, b in curve:
+        assert predicted_bleu(curve, e) == pytest.approx(b)
+    assert predicted_bleu(curve, epochs) <= predicted_bleu(curve, epochs * 1.5) + 1e-9  # more is no worse
+
+
+def _forecasts(tiny_epochs: float, compact_epochs: float) -> list[Forecast]:
+    return [Forecast("tiny", 4096, 0.1, int(tiny_epochs * 100), tiny_epochs),
+            Forecast("compact", 4096, 0.3, int(compact_epochs * 100), compact_epochs)]  # fmt: skip
+
+
+def test_the_shape_with_the_best_bleu_at_its_epochs_is_chosen_with_its_regimes_settings():
+    short = choose(_forecasts(3.0, 1.0), SHAPES, frozenset(), TOY_MAP)  # tiny ~17.9 against compact 6
+    assert (
+        short.shape == "tiny" and short.settings["model.dropout"] == 0.2 and short.settings["lr.peak"] == 1e-3
+    )
+    long = choose(_forecasts(48.0, 16.0), SHAPES, frozenset(), TOY_MAP)  # tiny 25 against compact 30
+    assert long.shape == "compact" and long.settings["data.max_tokens"] == 4096
+    small = choose(_forecasts(2.0, 0.5), SHAPES, frozenset(), TOY_MAP)
+    assert small.settings["data.max_tokens"] == 2048 and small.settings["model.dropout"] == 0.1
+    assert "tiny" in small.why and "compact" in small.why
+
+
+def test_a_given_key_is_kept_and_not_set():
+    choice = choose(_forecasts(2.0, 0.5), SHAPES, frozenset({"model.dropout", "lr.peak"}), TOY_MAP)
+    assert "model.dropout" not in choice.settings and "lr.peak" not in choice.settings
+    assert choice.kept == ("lr.peak", "model.dropout")
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    base = tmp_path_factory.mktemp("toy")
+    return write_toy_corpus(base / "corpus"), base / "cache", base / "runs"
+
+
+def _overrides(toy, extra: list[str]) -> list[str]:
+    budget = [
+        "trainer.max_time=00:00:00:10",
+        "trainer.max_epochs=100",
+        "recipe.fit=budget",
+        "budget.fit=budget",
+        "recipe.timing_share=0.5",  # 5 of the 10 s: both toy candidates timed
+    ]
+    return [*toy_overrides(*toy), "test=false", "recipe.shapes=[tiny,compact]", *budget, *extra]
+
+
+def test_a_run_times_its_candidates_applies_records_and_keeps_the_choice(toy, tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(rule, "MAP", TOY_MAP)
+    extra = ["model.dropout=0.3"]  # given on the command line: kept
+    overrides = _overrides(toy, extra)
+    overrides.remove("model=tiny")  # the shape left to the fit
+    out = tmp_path / "run"
+    with caplog.at_level(logging.INFO):
+        results = train(compose_config(overrides, out), overrides=["recipe.fit=budget", *extra])
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("recipe fit: tiny")]
+    assert (
+        len(said) == 1
+        and "tiny:" in said[0]
+        and "compact:" in said[0]
+        and "kept as given: model.dropout" in said[0]
+    )
+    recipe = results["recipe"]
+    assert recipe["shape"] in TOY_MAP and recipe["kept"] == ["model.dropout"]
+    assert {f["shape"] for f in recipe["forecasts"]} == {"tiny", "compact"}
+    config = yaml.safe_load((out / "config.yaml").read_text().split("\n", 1)[1])
+    assert config["recipe"]["chosen"] == recipe["settings"] and config["model"]["dropout"] == 0.3
+    last = torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)
+    for key, value in recipe["settings"].items():
+        group, name = key.split(".")
+        assert config[group][name] == value, key
+        if group == "model":
+            assert last["hyper_parameters"]["model"][name] == value, key
+    assert json.loads((out / "results.json").read_text())["recipe"] == recipe

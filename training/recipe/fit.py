@@ -1,0 +1,203 @@
+"""The recipe fitted to a time budget (``recipe.fit: budget``): the shape, dropout, batch, rate and
+schedule chosen for the updates this machine gets.
+
+With ``trainer.max_time`` set, the run times each candidate model shape (``recipe.shapes``, the
+``conf/model`` files) for a few updates on its first batches (:mod:`training.recipe.timing`, at
+most ``recipe.timing_share`` of the budget), forecasts the updates and epochs each would get
+(:mod:`training.recipe.forecast`), and applies what the rule written from the map gives for them
+(:mod:`training.recipe.rule`). A key given on the command line is never changed: it stays, and the
+rest fit around it (a ``model=...`` fixes the shape, ``model.dropout=...`` the dropout, and so on).
+The choice is written into the config (``recipe.chosen``), so that ``config.yaml``, every
+checkpoint and ``results.json`` hold it and a resumed run keeps it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable
+from itertools import islice
+from typing import Any
+
+from omegaconf import DictConfig
+
+from training.budget.forecast import max_time_seconds
+from training.config import model_group, plain
+from training.recipe import rule
+from training.recipe.choice import Choice
+from training.recipe.forecast import Forecast, forecast
+from training.recipe.rule import ShapeMap, choose
+from training.recipe.timing import Timing, time_updates
+
+logger = logging.getLogger(__name__)
+
+# The model keys that make a shape (a conf/model file's sizes).
+SHAPE_KEYS = (
+    "model.d_model",
+    "model.n_heads",
+    "model.n_encoder_layers",
+    "model.n_decoder_layers",
+    "model.d_ff",
+)
+# Every key the fit may set.
+RECIPE_KEYS = (*SHAPE_KEYS, "model.dropout", "data.max_tokens", "lr.peak", "lr.warmup_steps", "lr.schedule")
+
+# An override's key: ``model.dropout=0.1``, ``+lr.peak=...``, ``model=compact`` (a group).
+_OVERRIDE = re.compile(r"^[+~]{0,2}([A-Za-z_][\w.]*)(@[\w.:]+)?=")
+
+
+def given_keys(overrides: list[str]) -> frozenset[str]:
+    """The recipe keys the command line sets (a ``model=`` group choice sets the shape's)."""
+    given: set[str] = set()
+    for override in overrides:
+        match = _OVERRIDE.match(override)
+        if match is None:
+            continue
+        key = match.group(1)
+        if key == "model":
+            given.update(SHAPE_KEYS)
+        elif key in RECIPE_KEYS:
+            given.add(key)
+        elif key in ("lr", "data", "model"):  # a whole group replaced: every key of it given
+            given.update(k for k in RECIPE_KEYS if k.startswith(key + "."))
+    return frozenset(given)
+
+
+def time_candidates(
+    shapes: dict[str, dict[str, Any]],
+    timer: Callable[[dict[str, Any]], Timing],
+    allowed_s: float,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, Timing]:
+    """Each candidate's speed, in the order given, while the timing stays within ``allowed_s``
+    (the first candidate is always timed: the run's own shape, where the command line fixed it).
+
+    Args:
+        shapes: candidate name -> its model settings (vocabulary sizes included).
+        timer: times updates of one candidate (:func:`training.recipe.timing.time_updates` on the
+            run's batches).
+        allowed_s: the seconds the timing may take.
+        clock: seconds, monotonic.
+    """
+    start, timings = clock(), {}
+    for name, model in shapes.items():
+        if timings and clock() - start > allowed_s * len(timings) / len(shapes):
+            logger.warning("recipe fit: timing %s would pass recipe.timing_share; not a candidate", name)
+            continue
+        timings[name] = timer(model)
+    return timings
+
+
+def forecasts(
+    timings: dict[str, Timing],
+    max_tokens: int,
+    train_seconds: float,
+    updates_per_epoch: int,
+) -> list[Forecast]:
+    """What ``train_seconds`` hold for each timed shape at the batch size it was timed at."""
+    return [
+        forecast(name, max_tokens, t.seconds_per_update, train_seconds, updates_per_epoch)
+        for name, t in timings.items()
+    ]
+
+
+def shape_keys(model: dict[str, Any]) -> dict[str, Any]:
+    """A ``model`` config's shape, by dotted key (``model.d_model``, ...)."""
+    return {key: model[key.split(".", 1)[1]] for key in SHAPE_KEYS}
+
+
+def configured_shape(model: dict[str, Any], shapes: dict[str, dict[str, Any]]) -> str | None:
+    """The name of the candidate whose shape keys ``model`` (the run's ``model`` config) has."""
+    for name, keys in shapes.items():
+        if all(model.get(key.split(".", 1)[1]) == value for key, value in keys.items()):
+            return name
+    return None
+
+
+def fit_recipe(
+    model: dict[str, Any],
+    shapes: dict[str, dict[str, Any]],
+    datamodule: Any,
+    precision: str,
+    device: str,
+    budget_s: float,
+    timing_share: float,
+    validation_share: float,
+    given: frozenset[str],
+    recipe_map: dict[str, ShapeMap] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[Choice, list[Forecast]]:
+    """The recipe for a budget of ``budget_s`` seconds on this machine.
+
+    Args:
+        model: the run's model settings, vocabulary sizes included.
+        shapes: each candidate's shape keys (dotted, ``model.d_model`` ...), in the order to time
+            them; where the command line fixed the shape, only the run's own is timed.
+        datamodule: the run's data, set up (its first training batches are timed on).
+        precision, device: the run's.
+        budget_s: ``trainer.max_time`` in seconds.
+        timing_share: the share of it the timing may take (``recipe.timing_share``).
+        validation_share: the share validation will take (``budget.validation_share``).
+        given: the recipe keys the command line set.
+        recipe_map: the map the rule reads; None: the rule's (:data:`training.recipe.rule.MAP`).
+        clock: seconds, monotonic.
+    """
+    if given.issuperset(SHAPE_KEYS):
+        own = configured_shape(model, shapes)
+        shapes = {own: shapes[own]} if own is not None else {}
+        if not shapes:
+            raise ValueError(
+                "recipe.fit=budget: the command line's model is none of recipe.shapes, whose map the rule "
+                "reads: choose one of them (model=NAME), or set recipe.fit=none"
+            )
+    loader = datamodule.train_dataloader()
+    batches = list(islice(iter(loader), 2))  # the first warms up (a quarter of it), the second is timed
+    warm = {
+        k: v[: max(1, v.shape[0] // 4)] if hasattr(v, "shape") and v.dim() > 0 else v
+        for k, v in batches[0].items()
+    }
+    warm.pop("tgt_positions", None)
+    models = {
+        name: {**model, **{k.split(".", 1)[1]: v for k, v in keys.items()}} for name, keys in shapes.items()
+    }
+    start = clock()
+    timings = time_candidates(
+        models,
+        lambda m: time_updates(m, [warm, batches[1]], precision, device),
+        timing_share * budget_s,
+        clock,
+    )
+    train_s = max(budget_s - (clock() - start), 0.0) * (1.0 - validation_share)
+    max_tokens = int(datamodule.settings.batches.max_tokens)
+    found = forecasts(timings, max_tokens, train_s, len(loader))
+    return choose(found, shapes, given, rule.MAP if recipe_map is None else recipe_map), found
+
+
+def fit_to_budget(
+    cfg: DictConfig, datamodule: Any, precision: str, validation_share: float, given: frozenset[str]
+) -> Choice:
+    """:func:`fit_recipe` for a run's config (``recipe``, ``model``, ``trainer``), its data set up;
+    the choice said in one log line."""
+    model = {**plain(cfg.model), "src_vocab_size": datamodule.src_vocab_size}
+    model["tgt_vocab_size"] = datamodule.tgt_vocab_size
+    shapes = {name: shape_keys(model_group(name)) for name in cfg.recipe.shapes}
+    device = "cuda" if str(cfg.trainer.get("accelerator", "cpu")) in ("gpu", "cuda") else "cpu"
+    budget_s = max_time_seconds(plain(cfg.trainer)["max_time"])
+    share = float(cfg.recipe.timing_share)
+    choice, found = fit_recipe(
+        model, shapes, datamodule, precision, device, budget_s, share, validation_share, given
+    )
+    logger.info("%s", describe(choice, found))
+    return choice
+
+
+def describe(choice: Choice, forecast_list: list[Forecast]) -> str:
+    """The log line: what each candidate would get, what was chosen and why."""
+    held = "; ".join(
+        f"{f.shape}: {f.seconds_per_update:.2f} s per update, ~{f.updates:,} updates ({f.epochs:.1f} epochs)"
+        for f in forecast_list
+    )
+    settings = ", ".join(f"{k}={v}" for k, v in choice.settings.items() if k not in SHAPE_KEYS)
+    kept = f"; kept as given: {', '.join(choice.kept)}" if choice.kept else ""
+    return f"recipe fit: {held}. Chosen: {choice.shape}, {settings}{kept}: {choice.why}"

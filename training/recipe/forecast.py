@@ -1,0 +1,50 @@
+"""What a time budget holds for each candidate: updates and epochs, from its measured speed.
+
+A candidate (a model shape at a batch size) trains ``tokens_per_second`` target tokens a second on
+this machine (:mod:`training.recipe.timing`). The budget, less what the timing itself took and the
+share validation will take (``budget.validation_share``), holds ``seconds / seconds_per_update``
+updates; an epoch is the training set's updates at that batch size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """What the budget holds for one candidate.
+
+    Attributes:
+        shape: the candidate's model shape (a ``conf/model`` name).
+        max_tokens: its batch size, in padded tokens (``data.max_tokens``).
+        seconds_per_update: its measured speed at that batch size.
+        updates: the updates the budget holds.
+        epochs: the same in passes over the training set.
+    """
+
+    shape: str
+    max_tokens: int
+    seconds_per_update: float
+    updates: int
+    epochs: float
+
+
+def forecast(
+    shape: str,
+    max_tokens: int,
+    seconds_per_update: float,
+    train_seconds: float,
+    updates_per_epoch: int,
+) -> Forecast:
+    """The updates and epochs ``train_seconds`` of training hold for a candidate.
+
+    Args:
+        shape: the candidate's shape name.
+        max_tokens: its batch size.
+        seconds_per_update: its speed at that batch size.
+        train_seconds: the budget's seconds left for training (timing and validation taken out).
+        updates_per_epoch: the training set's batches at that batch size.
+    """
+    updates = max(int(train_seconds / max(seconds_per_update, 1e-9)), 0)
+    return Forecast(shape, max_tokens, seconds_per_update, updates, updates / max(updates_per_epoch, 1))

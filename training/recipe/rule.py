@@ -1,0 +1,150 @@
+"""The rule that turns a budget's forecasts into a recipe, written from the map's figures.
+
+The map (BENCHMARKS.md, "The recipe fitted to a budget"; ``bench/budget_map.py``) trained the
+Multi30k de->en recipe for budgets from 5 minutes to 2 hours, for three model shapes and the
+settings around them, and measured test BLEU. :data:`MAP` holds, for each shape, the BLEU its best
+runs reached against the epochs they trained (``(epochs, BLEU)``, fewest first), and the settings
+those runs had. The rule:
+
+1. each candidate shape's BLEU at the epochs the budget holds for it is read off its curve (linear
+   between the map's points in log epochs; past the last point, the last point's BLEU: nothing is
+   extrapolated upwards);
+2. the shape with the highest is chosen (on a tie, the first: the smaller);
+3. its settings are the map's for that many epochs (:func:`settings_for`).
+
+A key given on the command line is never changed (:class:`~training.recipe.choice.Choice` keeps
+it); the others fit around it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from training.recipe.choice import Choice
+from training.recipe.forecast import Forecast
+
+
+@dataclass(frozen=True)
+class Regime:
+    """The settings the map found best up to some number of epochs.
+
+    Attributes:
+        until_epochs: this regime holds for forecasts of fewer epochs than this.
+        dropout: ``model.dropout``.
+        max_tokens: ``data.max_tokens``.
+        peak: ``lr.peak``.
+        schedule: ``lr.schedule`` (``linear``: decaying to 0 at the budget's end, fitted by
+            ``budget.fit``; ``inverse_sqrt``: the paper's, kept where the budget holds it).
+        warmup_steps: ``lr.warmup_steps`` (``budget.fit`` shortens it to a share of the forecast).
+    """
+
+    until_epochs: float
+    dropout: float
+    max_tokens: int
+    peak: float
+    schedule: str
+    warmup_steps: int
+
+
+@dataclass(frozen=True)
+class ShapeMap:
+    """What the map measured of one shape.
+
+    Attributes:
+        curve: ``(epochs, test BLEU)`` of its best run at each budget, fewest epochs first.
+        regimes: its best settings by epochs, fewest first; the last holds for any more.
+    """
+
+    curve: tuple[tuple[float, float], ...]
+    regimes: tuple[Regime, ...]
+
+
+def predicted_bleu(curve: tuple[tuple[float, float], ...], epochs: float) -> float:
+    """The BLEU ``curve`` gives at ``epochs``: linear in log epochs between its points, its first
+    point's below them (scaled down to 0 at no epochs), its last's beyond them."""
+    if epochs <= 0:
+        return 0.0
+    xs = [math.log(e) for e, _ in curve]
+    x = math.log(epochs)
+    if x <= xs[0]:
+        return curve[0][1] * epochs / curve[0][0]
+    if x >= xs[-1]:
+        return curve[-1][1]
+    i = bisect.bisect_right(xs, x)
+    (x0, y0), (x1, y1) = (xs[i - 1], curve[i - 1][1]), (xs[i], curve[i][1])
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+def settings_for(shape_map: ShapeMap, epochs: float) -> Regime:
+    """The settings of the first regime that holds for ``epochs``."""
+    for regime in shape_map.regimes:
+        if epochs < regime.until_epochs:
+            return regime
+    return shape_map.regimes[-1]
+
+
+def choose(
+    forecasts: list[Forecast],
+    shapes: dict[str, dict[str, Any]],
+    given: frozenset[str],
+    recipe_map: dict[str, ShapeMap],
+) -> Choice:
+    """The recipe for the forecasts of the timed shapes.
+
+    Args:
+        forecasts: what the budget holds for each timed shape (at the run's batch size).
+        shapes: each shape's model keys (``model.d_model``, ...), from its ``conf/model`` file.
+        given: the keys the command line set, which stay.
+        recipe_map: the map (:data:`MAP`, or a test's).
+
+    Returns:
+        The :class:`Choice`: the chosen shape's keys and its regime's settings, less the given keys.
+    """
+    scored = [
+        (predicted_bleu(recipe_map[f.shape].curve, f.epochs), -i, f)
+        for i, f in enumerate(forecasts)
+        if f.shape in recipe_map
+    ]
+    if not scored:
+        raise ValueError(
+            f"recipe.shapes: none of {[f.shape for f in forecasts]} is on the map ({sorted(recipe_map)})"
+        )
+    bleu, _, best = max(scored)
+    regime = settings_for(recipe_map[best.shape], best.epochs)
+    settings: dict[str, Any] = {**shapes[best.shape]}
+    settings.update(
+        {
+            "model.dropout": regime.dropout,
+            "data.max_tokens": regime.max_tokens,
+            "lr.peak": regime.peak,
+            "lr.schedule": regime.schedule,
+            "lr.warmup_steps": regime.warmup_steps,
+        }
+    )
+    kept = tuple(sorted(k for k in settings if k in given))
+    others = "; ".join(
+        f"{f.shape} ~{predicted_bleu(recipe_map[f.shape].curve, f.epochs):.1f}"
+        for f in forecasts
+        if f is not best and f.shape in recipe_map
+    )
+    why = (
+        f"the budget holds {best.epochs:.1f} epochs of {best.shape}, where the map's {best.shape} reaches "
+        f"~{bleu:.1f} BLEU" + (f" (against {others})" if others else "")
+    )
+    held = [
+        {
+            "shape": f.shape,
+            "seconds_per_update": f.seconds_per_update,
+            "updates": f.updates,
+            "epochs": f.epochs,
+        }
+        for f in forecasts
+    ]
+    return Choice(best.shape, {k: v for k, v in settings.items() if k not in given}, kept, why, held)
+
+
+# The map: filled in from BENCHMARKS.md's figures once measured.
+MAP: dict[str, ShapeMap] = {}

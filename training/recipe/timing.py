@@ -1,0 +1,90 @@
+"""How fast a candidate model trains on this machine: a few updates, timed.
+
+:func:`time_updates` builds the candidate's module, applies the device's fast paths as the run
+does (``fastpaths.optimize``), and runs real updates (forward, backward, Adam) on real batches, in
+the run's precision; the first (allocations, kernel choice) is not timed. It answers seconds per
+update at the batches' size; a candidate's speed at another batch size is taken in tokens per
+second, which moves little with the batch size (``bench/recipe_speed.py`` measures how little).
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from fastpaths.optimize import optimize
+from training.module import TranslationModule
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A candidate's measured speed.
+
+    Attributes:
+        seconds_per_update: the median of the timed updates.
+        tokens_per_second: target tokens a second at that speed.
+        updates: how many were timed.
+    """
+
+    seconds_per_update: float
+    tokens_per_second: float
+    updates: int
+
+
+def _autocast(precision: str, device: torch.device) -> Any:
+    if precision.startswith("bf16"):
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    if precision.startswith("16"):
+        return torch.autocast(device.type, dtype=torch.float16)
+    return nullcontext()
+
+
+def time_updates(
+    model: dict[str, Any],
+    batches: list[dict[str, Tensor]],
+    precision: str = "32-true",
+    device: str | torch.device = "cpu",
+    label_smoothing: float = 0.1,
+) -> Timing:
+    """Times updates of a fresh ``model`` (``TransformerConfig`` fields) on ``batches``.
+
+    Args:
+        model: the candidate's model settings, vocabulary sizes included.
+        batches: the batches to train on, ``collate_columns``' form; the first is not timed, so
+            give one more than the updates to time (at least two).
+        precision: the run's (``32-true``, ``bf16-mixed``, ...).
+        device: where the run trains.
+        label_smoothing: the run's.
+
+    Returns:
+        The :class:`Timing` of the updates after the first.
+    """
+    if len(batches) < 2:
+        raise ValueError("time_updates needs at least two batches: the first is not timed")
+    device = torch.device(device)
+    module = TranslationModule(model, lr={"peak": 1e-4, "warmup_steps": 0}).to(device)
+    module.use(optimize(module.model, device, "train"))
+    module.train()
+    adam = torch.optim.Adam(module.model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    seconds, tokens = [], []
+    for i, batch in enumerate(batches):
+        batch = {k: v.to(device) if isinstance(v, Tensor) else v for k, v in batch.items()}
+        start = time.perf_counter()
+        with _autocast(precision, device):
+            loss_sum, n_tokens = module.loss(batch, label_smoothing)
+        (loss_sum.sum() / n_tokens.sum().clamp(min=1)).backward()
+        adam.step()
+        adam.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if i > 0:
+            seconds.append(time.perf_counter() - start)
+            tokens.append(int(n_tokens.sum()))
+    seconds.sort()
+    median = seconds[len(seconds) // 2]
+    return Timing(median, sum(tokens) / sum(seconds), len(seconds))
