@@ -213,7 +213,9 @@ def _module(
         compile=plain(compile) if isinstance(compile, DictConfig) else bool(compile),
         max_nonfinite_in_a_row=int(cfg.max_nonfinite_in_a_row),
         loss_normalization=str(cfg.get("loss_normalization", "batch")),
-        learning_rate=start.learning_rate(settings.lr, settings.selection.mode),
+        learning_rate=start.learning_rate(
+            settings.lr, settings.selection.mode, _budget_fitted(cfg, settings)
+        ),
         output_dir=str(output_dir),
         bleu_tokenize=cfg.get("bleu_tokenize"),  # None: the target language's (common/metrics.py)
     )
@@ -223,6 +225,11 @@ def _module(
     if start.carried is not None and start.carried.epoch_offset is not None:
         datamodule.epoch_offset = start.carried.epoch_offset
     return module
+
+
+def _budget_fitted(cfg: DictConfig, settings: RunSettings) -> bool:
+    """Whether a time budget fits the learning rate's decay (``budget.fit=budget`` with a time limit)."""
+    return bool(cfg.train and cfg.trainer.get("max_time")) and settings.budget.fit == "budget"
 
 
 # ---------------------------------------------------------------------------------- 6. trainer

@@ -118,3 +118,33 @@ def test_a_run_times_its_candidates_applies_records_and_keeps_the_choice(toy, tm
         if group == "model":
             assert last["hyper_parameters"]["model"][name] == value, key
     assert json.loads((out / "results.json").read_text())["recipe"] == recipe
+
+
+def test_a_resumed_run_keeps_its_recipe_and_times_nothing(toy, tmp_path, monkeypatch, caplog):
+    """The resumed command is the first's: the experiment's own settings differ from what the fit
+    chose, and the resume takes the checkpoint's choice rather than refusing them or fitting again."""
+    monkeypatch.setattr(rule, "MAP", TOY_MAP)
+    overrides = _overrides(toy, ["checkpoint.every_n_updates=2"])
+    overrides.remove("model=tiny")
+    first = tmp_path / "first"
+    results = train(compose_config([*overrides, "trainer.max_steps=2"], first), overrides=[])
+    chosen = results["recipe"]["settings"]
+    ckpt = first / "checkpoints" / "last.ckpt"
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        resumed = train(
+            compose_config([*overrides, "trainer.max_steps=4", f"ckpt_path={ckpt}"], tmp_path / "b"),
+            overrides=[],
+        )
+    said = [r.getMessage() for r in caplog.records]
+    assert not any(m.startswith("recipe fit: tiny") for m in said)  # nothing timed again
+    assert any(m.startswith("resume: the recipe fitted to the budget kept") for m in said)
+    assert resumed["ending_update"] == 4 and "recipe" not in resumed
+    config = yaml.safe_load((tmp_path / "b" / "config.yaml").read_text().split("\n", 1)[1])
+    assert config["recipe"]["chosen"] == chosen
+    last = torch.load(ckpt, weights_only=True)  # the resumed run writes on into the first's checkpoints
+    assert last["global_step"] == 4
+    for key, value in chosen.items():
+        group, name = key.split(".")
+        if group == "model":
+            assert last["hyper_parameters"]["model"][name] == value, key

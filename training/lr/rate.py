@@ -113,10 +113,14 @@ class LearningRate:
     Args:
         settings: the ``lr`` config group.
         mode: the selection metric's direction (``max`` or ``min``), which the plateau judges by.
+        fitted_to_budget: a time budget fits the decay's end (``budget.fit: budget``): until its
+            first fit, a few updates into the warmup, a decaying shape without ``lr.total_steps``
+            ends at the trainer's estimate or, where that is shorter, just past its warmup.
     """
 
-    def __init__(self, settings: RateSettings, mode: str = "max") -> None:
+    def __init__(self, settings: RateSettings, mode: str = "max", fitted_to_budget: bool = False) -> None:
         self.settings = settings
+        self.fitted_to_budget = fitted_to_budget
         self.shape: Shape | None = None  # resolved by start(), or carried from a checkpoint
         self._factor: Callable[[int], float] = lambda step: 1.0
         self.offset = 0  # updates a continued schedule had run before this run's first
@@ -135,6 +139,8 @@ class LearningRate:
         if self.shape is None:
             s = self.settings
             total = s.total_steps if s.schedule not in NEEDS_TOTAL or s.total_steps else run_updates()
+            if self.fitted_to_budget and total is not None and s.schedule in NEEDS_TOTAL:
+                total = max(total, s.warmup_steps + 1)  # the budget's fit sets the end
             self._set_shape(Shape(s.schedule, s.warmup_steps, total, s.min_ratio))
 
     def _set_shape(self, shape: Shape) -> None:

@@ -81,10 +81,13 @@ class StartPoint:
         """The weights an initialised run loads into its module (``state_dict``), else None."""
         return self.checkpoint["state_dict"] if self.kind == INITIALISED and self.checkpoint else None
 
-    def learning_rate(self, settings: RateSettings, mode: str) -> LearningRate:
-        """The run's learning rate: from ``settings`` (``lr``), the plateau judged by ``mode``, and
-        the checkpoint's schedule continued where ``finetune.reset`` carries it on."""
-        rate = LearningRate(settings, mode)
+    def learning_rate(
+        self, settings: RateSettings, mode: str, fitted_to_budget: bool = False
+    ) -> LearningRate:
+        """The run's learning rate: from ``settings`` (``lr``), the plateau judged by ``mode``, the
+        decay's end fitted to a time budget where ``fitted_to_budget``, and the checkpoint's schedule
+        continued where ``finetune.reset`` carries it on."""
+        rate = LearningRate(settings, mode, fitted_to_budget)
         if self.carried is not None and self.carried.rate is not None:
             rate.carry(*self.carried.rate)
         return rate

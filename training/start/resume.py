@@ -76,7 +76,7 @@ SAFE_TO_CHANGE = (
 
 
 # Safe to change, except where the schedule decays to its floor at the update the Trainer
-# estimates from them (lr.schedule cosine or linear, lr.total_steps null).
+# estimates from them (lr.schedule cosine or linear, lr.total_steps null, no time budget fitting it).
 RUN_LENGTH = ("trainer.max_steps", "trainer.max_epochs")
 
 
@@ -253,8 +253,9 @@ def check_config(
             old[key] = new[key]  # added since the checkpoint, at the value that computes as before
     changed = sorted(k for k in old.keys() | new.keys() if old.get(k, _MISSING) != new.get(k, _MISSING))
     safe = SAFE_TO_CHANGE
-    lr = current.get("lr") or {}
-    if lr.get("schedule") in NEEDS_TOTAL and lr.get("total_steps") is None:
+    lr, budget = current.get("lr") or {}, current.get("budget") or {}
+    fitted = budget.get("fit") == "budget" and (current.get("trainer") or {}).get("max_time")
+    if lr.get("schedule") in NEEDS_TOTAL and lr.get("total_steps") is None and not fitted:
         safe = tuple(k for k in safe if k not in RUN_LENGTH)  # they set where the decay ends
     changed = [k for k in changed if not _covered(k, safe)]
     said = {
