@@ -28,6 +28,7 @@ import torch
 from hydra.utils import instantiate
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationToMissingValueError, MissingMandatoryValue
 
 import training.quiet  # noqa: F401 (third-party noise silenced before a Trainer exists)
 from common.metrics import check_bleu_tokenizers
@@ -127,6 +128,8 @@ def _settings(cfg: DictConfig, record: RunRecord) -> RunSettings:
     """
     try:
         return _checked_settings(cfg, record)
+    except (MissingMandatoryValue, InterpolationToMissingValueError):
+        raise  # a value left to the command line (``???``): train.py names it and how to give it
     except ValueError as err:
         raise ConfigError(str(err)) from None
 
