@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationToMissingValueError, MissingMandatoryValue
 
 from common.metrics import check_bleu_tokenizers
 from data.settings import DataSettings
@@ -53,6 +54,8 @@ def check_settings(cfg: DictConfig, record: RunRecord) -> RunSettings:
     """
     try:
         return _checked_settings(cfg, record)
+    except (MissingMandatoryValue, InterpolationToMissingValueError):
+        raise  # a value left to the command line (``???``): train.py names it and how to give it
     except ValueError as err:
         raise ConfigError(str(err)) from None
 

@@ -21,17 +21,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
-from torch import Tensor
 
 from data.batching import longest_first_batches
 from data.lines import one_line
 from decoding import DecodingConfig, Searcher
-from decoding.alignment import DEFAULT_LAYER, check_layers, forced_attention
-from decoding.budget import CPU_TOKENS, default_max_tokens
+from decoding.budget import CPU_TOKENS
 from decoding.ensemble import Ensemble
 from decoding.scoring import target_log_probs
 from transformer import Transformer
-from translation.alignment import encoded_words, hard_alignment, output_words
+from translation.attention_reading import AttentionReading
 from translation.checkpoint import load_checkpoint
 from translation.device import resolve_device
 from translation.ensemble_check import check_ensemble_member
@@ -72,7 +70,7 @@ def _source_prefix(target_tags: dict[str, str], target_lang: str | None, tgt_lan
     return target_tags[target_lang] + " "
 
 
-class Translator:
+class Translator(AttentionReading):
     """A model in eval mode with its tokenizers: sentences in, ranked translations out.
 
     Args:
@@ -305,91 +303,6 @@ class Translator:
         if wanted is not None:
             report_unmet(self, sources, wanted, [list(c) for c in constraints or []], found, options)
         return [hyps[0].text if hyps else "" for hyps in found]
-
-    @torch.no_grad()
-    def cross_attention(self, source: list[int], output: list[int]) -> list[Tensor]:
-        """Cross-attention of the decoder while it produced ``output`` for ``source``.
-
-        Args:
-            source: source ids without EOS (as from :meth:`encode_sources`).
-            output: output ids without BOS and EOS (``Translation.tokens``).
-
-        Returns:
-            Per decoder layer, [heads, len(output) + 1, len(source) + 1] on the CPU: row ``t`` is
-            the attention while predicting output token ``t`` (the last row: ``</s>``), column
-            ``s`` is source token ``s`` (the last column: ``</s>``).
-        """
-        src = torch.tensor([source + [self.eos_id]], device=self.device)  # (1, S)
-        tgt_in = torch.tensor([[self.bos_id] + output], device=self.device)  # (1, T)
-        return [w[0].float().cpu() for w in self.first_model.cross_attention_weights(src, tgt_in)]
-
-    def check_alignment_layer(self, layer: int) -> None:
-        """Refuses a decoder layer (from 1; negative from the end) that the model, or a member of
-        the ensemble, does not have: ValueError naming how many it has."""
-        check_layers(self.model, [layer])
-
-    def align(
-        self,
-        texts: Sequence[str],
-        results: Sequence[Sequence[Translation]],
-        layer: int = DEFAULT_LAYER,
-        max_tokens: int | None = None,
-    ) -> list[list[Translation]]:
-        """The translations of ``results`` with their word alignments (``Translation.alignment``).
-
-        Read from decoder layer ``layer``'s cross-attention, heads averaged, in one forced pass
-        over the translations (``decoding/alignment.py``; an ensemble's members averaged), and
-        turned into links between words (``translation/alignment.py``). The search is not run
-        again, so the translations are the same.
-
-        Args:
-            texts: the ``n`` sentences that were translated, as given to :meth:`encode_sources`.
-            results: their translations (:meth:`translate_ids`), any number per sentence.
-            layer: the decoder layer, from 1 (negative: from the end; default the one that
-                aligned best, BENCHMARKS.md, "Word alignment").
-            max_tokens: budget per batch of translations * (source + output + 2) subwords;
-                None: the device's.
-
-        Raises:
-            ValueError: ``texts`` and ``results`` of different lengths, or a layer the decoder
-                (an ensemble member's) does not have.
-        """
-        if len(texts) != len(results):
-            raise ValueError(f"{len(texts)} texts for {len(results)} lists of translations")
-        self.check_alignment_layer(layer)
-        sources, words = [], []
-        for text in texts:
-            start = len(self.src_prefix) if text.strip() else 0
-            encoded = self.src_prefix + one_line(text) if text.strip() else text
-            ids, line_words = encoded_words(self.src_tokenizer, encoded, start, self.max_source_tokens)
-            sources.append(ids)
-            words.append(line_words)
-        pairs = [(sources[i], h.tokens) for i, hyps in enumerate(results) for h in hyps]
-        budget = default_max_tokens(self.device) if max_tokens is None else max_tokens
-        attention = iter(forced_attention(self.model, pairs, self.bos_id, self.eos_id, [layer], budget))
-        skipped = frozenset({self.pad_id, self.bos_id, self.eos_id})
-        aligned = []
-        for line_words, hyps in zip(words, results, strict=True):
-            found = []
-            for hyp in hyps:
-                rows = next(attention)[0, :-1]  # (T, S+1): predicting each output subword, EOS's row dropped
-                links = hard_alignment(
-                    rows, line_words, output_words(self.tgt_tokenizer, hyp.tokens, skipped)
-                )
-                found.append(replace(hyp, alignment=links))
-            aligned.append(found)
-        return aligned
-
-    @torch.no_grad()
-    def encoder_attention(self, source: list[int]) -> list[Tensor]:
-        """The encoder's self-attention on ``source`` (ids without EOS), as its mechanism implies it.
-
-        Returns:
-            Per encoder layer, [heads, len(source) + 1, len(source) + 1] on the CPU (the last row
-            and column: ``</s>``).
-        """
-        src = torch.tensor([source + [self.eos_id]], device=self.device)  # (1, S)
-        return [w[0].float().cpu() for w in self.first_model.encoder_attention_weights(src)]
 
     def encode_prefixes(
         self, texts: Sequence[str], name: str = "<prefix>", first_line: int = 1

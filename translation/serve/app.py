@@ -125,25 +125,41 @@ def build_app(
         return HTMLResponse(PAGE)
 
     async def health(request: Request) -> Response:
-        counters = batcher.counters
-        return JSONResponse(
-            {
-                "status": "ok",
-                "source_lang": model.src_lang,
-                "target_langs": model.languages,
-                "default_target_lang": model.default_lang,
-                "defaults": {"beam_size": defaults.beam_size, "greedy": defaults.greedy},
-                "queued_lines": batcher.queued_lines,
-                "requests": counters.requests,
-                "lines": counters.lines,
-                "searches": counters.searches,
-                "refused": counters.refused,
-            }
-        )
+        return JSONResponse(_health(model, batcher, defaults))
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         return _error(exc.status_code, str(exc.detail))
+
+    routes = [
+        Route("/", page, methods=["GET"]),
+        Route("/translate", translate, methods=["POST"]),
+        Route("/health", health, methods=["GET"]),
+    ]
+    lifespan = _lifespan(batcher, on_start)
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error}, lifespan=lifespan)
+
+
+def _health(model: ServedModel, batcher: Batcher, defaults: DecodingConfig) -> dict:
+    """``GET /health``: the languages, the defaults, the queue and the counts so far."""
+    counters = batcher.counters
+    return {
+        "status": "ok",
+        "source_lang": model.src_lang,
+        "target_langs": model.languages,
+        "default_target_lang": model.default_lang,
+        "defaults": {"beam_size": defaults.beam_size, "greedy": defaults.greedy},
+        "queued_lines": batcher.queued_lines,
+        "requests": counters.requests,
+        "lines": counters.lines,
+        "searches": counters.searches,
+        "refused": counters.refused,
+    }
+
+
+def _lifespan(batcher: Batcher, on_start: Callable[[], None] | None) -> Callable[[Starlette], Any]:
+    """Starts the batcher's thread with the application; at shutdown, after the requests in flight
+    are answered, lets it finish what is queued, stops it and logs the totals."""
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -161,9 +177,4 @@ def build_app(
             counters.refused,
         )
 
-    routes = [
-        Route("/", page, methods=["GET"]),
-        Route("/translate", translate, methods=["POST"]),
-        Route("/health", health, methods=["GET"]),
-    ]
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error}, lifespan=lifespan)
+    return lifespan
