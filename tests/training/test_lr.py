@@ -86,6 +86,25 @@ def test_a_forecast_again_starts_where_the_rate_is(run, updates, fraction):
     fit = fit_schedule(updates, step, current, "linear", 600, earlier.floor, 1230, fraction, earlier)
     assert fit.schedule.factor(step) == pytest.approx(current, abs=1e-12)
     assert fit.schedule.factor(max(updates, step + 1)) == pytest.approx(earlier.floor)
+    rates = _steps(fit.schedule, step)
+    if step >= earlier.warmup_end:  # past the warmup: never back up, however often refitted
+        assert max(rates) <= max(current, earlier.floor) + 1e-12
+    else:  # still warming up: the same warmup end, then down
+        assert fit.warmup == earlier.warmup_end
+
+
+def test_a_third_forecast_after_the_warmup_does_not_warm_up_again():
+    """The 5-minute run (compact, 2,048 tokens, Zen 3) refitted at updates 21, 245 and 489: the third
+    fit rose from 0.5x back to the peak at update 716 and dropped to 0 at 717."""
+    first = fit_schedule(505, 21, 0.02, "inverse_sqrt", 600, 0.0, 2440, 0.4)
+    second = fit_schedule(
+        668, 245, first.schedule.factor(245), "inverse_sqrt", 600, 0.0, 2440, 0.4, first.schedule
+    )
+    third = fit_schedule(
+        717, 489, second.schedule.factor(489), "inverse_sqrt", 600, 0.0, 2440, 0.4, second.schedule
+    )
+    rates = [third.schedule.factor(s) for s in range(489, 718)]
+    assert rates[0] < 1.0 and max(rates) == rates[0] and rates[-1] == 0.0
 
 
 @settings(max_examples=300, deadline=None)

@@ -141,10 +141,9 @@ def fit_schedule(
         return Fit(None, updates, warmup_steps, name, True)
     shape = name if name in SHAPES else "linear"
     end = max(updates, step + 1)
-    warmup = (
-        earlier.segments[0].end if earlier is not None and earlier.segments[0].end_factor == 1.0 else None
-    )
-    if warmup is None:
+    if earlier is not None:  # the warmup decided before stands; one that is done stays done
+        warmup = earlier.warmup_end
+    else:
         warmup = min(warmup_steps, max(1, math.floor(warmup_fraction * updates)))
         if current < 1.0 and warmup <= step:  # a budget so short the probe outlasted its warmup:
             warmup = min(end - 1, step + warmup)  # rise to the peak over as many updates more
