@@ -51,10 +51,20 @@ def _shape_of(config: dict) -> str:
     return f"d{d} {layers} ff{model['d_ff']}"
 
 
+def _epochs(out: Path, updates: int | None) -> tuple[float | None, list[float]]:
+    """The passes over the training set a run's ``updates`` made (an epoch's updates: the first
+    validation's), and its validation BLEU at each epoch's end, from its ``logs/metrics.csv``."""
+    import csv
+
+    with open(out / "logs" / "metrics.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("val/bleu")]
+    per_epoch = int(rows[0]["step"]) + 1 if rows else None
+    epochs = round(updates / per_epoch, 2) if updates and per_epoch else None
+    return epochs, [round(float(r["val/bleu"]), 2) for r in rows]
+
+
 def run(minutes: float, name: str, overrides: list[str]) -> dict:
     """Trains one configuration for ``minutes`` and records it."""
-    import yaml
-
     seconds = int(round(minutes * 60))
     max_time = f"00:{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
     out = RUNS / name
@@ -64,12 +74,28 @@ def run(minutes: float, name: str, overrides: list[str]) -> dict:
     ]  # fmt: skip
     start = time.perf_counter()
     subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-    wall = time.perf_counter() - start
+    return record(minutes, name, out, overrides, round(time.perf_counter() - start))
+
+
+def record(
+    minutes: float,
+    name: str,
+    out: Path,
+    overrides: list[str],
+    wall_s: int | None = None,
+    commit: str | None = None,
+) -> dict:
+    """Records the run in ``out`` (trained for ``minutes`` with ``overrides``, at ``commit``: None,
+    this checkout's) under ``name``: a run of :func:`run`, or another run of the recipe (the
+    README's main job, say)."""
+    import yaml
+
     results = json.loads((out / "results.json").read_text())
     config = yaml.safe_load((out / "config.yaml").read_text())
     fit = results.get("schedule_fit") or {}
+    epochs, val_bleu = _epochs(out, results.get("ending_update"))
     env = environment(2)
-    record = {
+    entry = {
         "name": name,
         "minutes": minutes,
         "overrides": overrides,
@@ -82,34 +108,39 @@ def run(minutes: float, name: str, overrides: list[str]) -> dict:
         "bleu_lc": results.get("test/bleu_lc"),
         "chrf": results.get("test/chrf"),
         "updates": results.get("ending_update"),
+        "epochs": epochs,
+        "val_bleu_by_epoch": val_bleu,
         "ending": results.get("ending"),
         "fitted": {k: fit.get(k) for k in ("forecast_updates", "warmup", "schedule", "decay_end", "fitted")},
         "peak_mib": results.get("peak_resident_mib"),
-        "wall_s": round(wall),
+        "wall_s": wall_s,
         "machine": f"{env['cpu']} ({env['cpu_id']}, {env['torch_cpu_capability']}, "
         f"native bf16 {env['cpu_native_bf16']})",
         "load_average_after": env["load_average"],
-        "commit": _commit(),
+        "commit": commit or _commit(),
         "date": time.strftime("%Y-%m-%d"),
     }
-    records = [r for r in _records() if r["name"] != name] + [record]
+    records = [r for r in _records() if r["name"] != name] + [entry]
     RECORD.parent.mkdir(parents=True, exist_ok=True)
     RECORD.write_text(json.dumps(records, indent=1) + "\n")
-    return record
+    return entry
 
 
 def table() -> None:
     rows = [
         [r["minutes"], r["name"], r["shape"], r["max_tokens"], r["dropout"], r["lr"], r["schedule"],
-         r["updates"], f"{r['bleu']:.2f}" if r["bleu"] is not None else "-", r["ending"]]
+         r["updates"], r.get("epochs", "-"), f"{r['bleu']:.2f}" if r["bleu"] is not None else "-",
+         r["ending"]]
         for r in sorted(_records(), key=lambda r: (r["minutes"], -(r["bleu"] or 0)))
     ]  # fmt: skip
-    header = ["min", "name", "shape", "tokens", "dropout", "lr", "schedule", "updates", "BLEU", "ending"]
+    header = ["min", "name", "shape", "tokens", "dropout", "lr", "schedule", "updates", "epochs", "BLEU"]
+    header.append("ending")
     print_table(header, rows)
 
 
 def plot(path: Path) -> None:
-    """BLEU against budget: each shape's best run at each budget, the frontier marked."""
+    """BLEU against budget: each shape's best run at each budget, the recipe as configured (the runs
+    with no overrides) dashed, the frontier marked."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -129,6 +160,10 @@ def plot(path: Path) -> None:
         for x in xs:
             if best[x] > frontier.get(x, (-1.0, ""))[0]:
                 frontier[x] = (best[x], shape)
+    configured = sorted((r["minutes"], r["bleu"]) for r in records if not r["overrides"])
+    if configured:
+        minutes, bleu = [m for m, _ in configured], [b for _, b in configured]
+        ax.plot(minutes, bleu, ls="--", color="grey", marker="x", label="the recipe as configured")
     xs = sorted(frontier)
     ax.plot(
         xs, [frontier[x][0] for x in xs], color="black", lw=2.5, alpha=0.35, label="frontier (best of all)"
@@ -137,6 +172,7 @@ def plot(path: Path) -> None:
         ax.annotate(f"{frontier[x][0]:.1f}", (x, frontier[x][0]), textcoords="offset points", xytext=(0, 6),
                     ha="center", fontsize=8)  # fmt: skip
     ax.set_xscale("log")
+    ax.minorticks_off()
     ax.set_xticks(xs, [f"{x:g}" for x in xs])
     ax.set_xlabel("training budget, minutes (trainer.max_time)")
     ax.set_ylabel("test BLEU (test_2016_flickr, beam 5)")
@@ -156,12 +192,21 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("minutes", type=float)
     r.add_argument("name")
     r.add_argument("overrides", nargs="*")
+    a = sub.add_parser("add", help="record a run trained otherwise (the README's main job, say)")
+    a.add_argument("minutes", type=float)
+    a.add_argument("name")
+    a.add_argument("run_dir", type=Path)
+    a.add_argument("--commit", help="the commit the run trained at (default: this checkout's)")
+    a.add_argument("overrides", nargs="*")
     sub.add_parser("table", help="every run so far")
     p = sub.add_parser("plot", help="BLEU against budget, one curve per shape")
     p.add_argument("path", type=Path)
     args = parser.parse_args(argv)
     if args.command == "run":
         print(json.dumps(run(args.minutes, args.name, args.overrides), indent=1))
+    elif args.command == "add":
+        entry = record(args.minutes, args.name, args.run_dir, args.overrides, commit=args.commit)
+        print(json.dumps(entry, indent=1))
     elif args.command == "table":
         table()
     else:
