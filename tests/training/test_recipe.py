@@ -14,9 +14,11 @@ from hypothesis import strategies as st
 
 from tests.toy_text import write_toy_corpus
 from tests.training.test_pipeline import compose_config, toy_overrides
+from training.config import model_group, plain
+from training.lr import RateSettings
 from training.pipeline import train
 from training.recipe import rule
-from training.recipe.fit import SHAPE_KEYS, given_keys
+from training.recipe.fit import SHAPE_KEYS, given_keys, shape_keys
 from training.recipe.forecast import Forecast
 from training.recipe.rule import Regime, ShapeMap, choose, predicted_bleu
 
@@ -148,3 +150,44 @@ def test_a_resumed_run_keeps_its_recipe_and_times_nothing(toy, tmp_path, monkeyp
         group, name = key.split(".")
         if group == "model":
             assert last["hyper_parameters"]["model"][name] == value, key
+
+
+def test_the_maps_candidates_are_the_default_shapes_and_its_settings_are_valid_config():
+    """Every default candidate is on the map and a conf/model file; every curve rises with the epochs
+    it was measured at; every regime's settings are values the config takes."""
+    cfg = compose_config([])
+    assert list(cfg.recipe.shapes) and set(cfg.recipe.shapes) <= set(rule.MAP)
+    for name, shape_map in rule.MAP.items():
+        assert set(model_group(name)) >= {key.split(".", 1)[1] for key in SHAPE_KEYS}
+        epochs = [e for e, _ in shape_map.curve]
+        assert epochs == sorted(epochs) and epochs[0] > 0 and len(set(epochs)) == len(epochs)
+        assert all(0.0 < b < 100.0 for _, b in shape_map.curve)
+        ends = [r.until_epochs for r in shape_map.regimes]
+        assert ends == sorted(ends) and ends[-1] == float("inf")
+        for regime in shape_map.regimes:
+            lr = {**plain(cfg.lr), "peak": regime.peak, "schedule": regime.schedule}
+            RateSettings.from_dict({**lr, "warmup_steps": regime.warmup_steps})
+            assert 0.0 <= regime.dropout < 1.0 and regime.max_tokens > 0
+
+
+def _measured(epochs: dict[str, float]) -> list[Forecast]:
+    return [Forecast(name, 4096, 1.0, int(e * 100), e) for name, e in epochs.items()]
+
+
+def test_the_rule_gives_the_maps_best_at_the_budgets_it_measured():
+    """Zen 3, 5 minutes (BENCHMARKS.md, "The recipe fitted to a budget"): compact trained 3.0 epochs
+    (36.07 BLEU), small 1.56 (6.08): compact, with the settings of its best run. Where the budget
+    holds the small model's 33 epochs (a Zen 5's 30 minutes, 41.84), the small model as tuned."""
+    shapes = {name: shape_keys(model_group(name)) for name in rule.MAP}
+    short = choose(_measured({"compact": 3.0, "small": 1.56}), shapes, frozenset(), rule.MAP)
+    assert short.shape == "compact"
+    assert (short.settings["model.dropout"], short.settings["data.max_tokens"]) == (0.0, 1024)
+    assert (short.settings["lr.peak"], short.settings["lr.schedule"]) == (2e-3, "linear")
+    assert short.settings["model.d_model"] == model_group("compact")["d_model"]
+    long = choose(_measured({"compact": 100.0, "small": 33.0}), shapes, frozenset(), rule.MAP)
+    assert long.shape == "small"
+    assert (long.settings["model.dropout"], long.settings["data.max_tokens"], long.settings["lr.peak"]) == (
+        0.2,
+        4096,
+        1e-3,
+    )
