@@ -209,7 +209,7 @@ class BudgetFit(Callback):
                 back = f"{first.end_factor:.3g}x by update {first.end:,}"
                 warm = f"from {current:.3g}x the peak back up to {back}, "
             else:
-                warm = f"warmup {fit.warmup} updates (done), "
+                warm = "warmup done, "  # (a refit's decay starts where the one before left off)
             schedule = f"{warm}then {fit.shape} to {floor:g}x the peak at update {fit.schedule.end:,}" + (
                 "" if fit.holds else f" ({name} needs ~{needed:,})"
             )
