@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU work on the device machine, one step per call (BENCHMARKS.md, "GPU recipe").
+# The GPU work on the device machine, one step per call (docs/gpu_recipe.md).
 #   bash bench/gpu_session.sh tests                 # the gpu-marked tests (pytest -m gpu)
 #   bash bench/gpu_session.sh bench base [OPTS]     # bench/gpu_train.py for one model size, OPTS passed on
 #   bash bench/gpu_session.sh train [OVERRIDES]     # python3 train.py experiment=multi30k_de_en_gpu OVERRIDES
