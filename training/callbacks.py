@@ -3,9 +3,9 @@
 :func:`run_callbacks` is the pipeline's callbacks step: the checkpoints and their schedule
 (:mod:`training.checkpoints`), what every checkpoint carries (the inference fields, the run's
 config), progress, preemption, the attention image, the EMA, the learning rate told of each
-validation, early stopping, what a fine-tuned run carries on, the time budget, and the DDP rank
-watch. :class:`RunCallbacks` keeps those the later steps ask again (the checkpoint plan, the
-budget's fit, the preemption handler).
+validation, early stopping (:mod:`training.stopping`), what a fine-tuned run carries on, the time
+budget, and the DDP rank watch. :class:`RunCallbacks` keeps those the later steps ask again (the
+checkpoint plan, the budget's fit, the preemption handler).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import Callback, EarlyStopping, LearningRateMonitor
+from lightning.pytorch.callbacks import Callback, LearningRateMonitor
 from omegaconf import DictConfig, OmegaConf
 
 from common.checkpoint_fields import inference_fields
@@ -29,10 +29,11 @@ from training.lr import RateOnValidation
 from training.preemption import PreemptionCheckpoint
 from training.progress import ProgressBar, RunProgress
 from training.ranks import RankWatch
-from training.selection import DEFAULT_SELECTION, Selection
+from training.selection import Selection
 from training.start import StartPoint
 from training.start.carried import CarriedOptimizer, carry_callbacks
 from training.start.resume import RunConfig
+from training.stopping import EarlyStop, Hold, early_stopping
 
 
 class InferenceFields(Callback):
@@ -55,23 +56,6 @@ class InferenceFields(Callback):
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         checkpoint["nmt"] = self.fields
-
-
-def early_stopping(
-    patience: int, min_delta: float, selection: Selection = DEFAULT_SELECTION
-) -> EarlyStopping:
-    """Stops when the selection metric (validation BLEU by default) has not improved by more than
-    ``min_delta`` in ``patience`` validations."""
-    if patience < 1:
-        raise ValueError(f"early_stopping.patience must be null (off) or at least 1, not {patience}")
-    return EarlyStopping(
-        monitor=selection.monitor,
-        mode=selection.mode,
-        patience=patience,
-        min_delta=min_delta,
-        check_on_train_epoch_end=False,  # judged at every validation, also mid-epoch ones
-        verbose=True,
-    )
 
 
 @dataclass
@@ -104,11 +88,12 @@ def _progress(cfg: DictConfig, pad_id: int) -> list[Callback]:
     return [progress, ProgressBar(progress, refresh_rate=int(every))]
 
 
-def _stopper(cfg: DictConfig, selection: Selection) -> EarlyStopping | None:
+def _stopper(cfg: DictConfig, selection: Selection, hold: Hold | None) -> EarlyStop | None:
+    """Early stopping (``early_stopping.patience``), held by ``hold`` (the budget's fitted decay)."""
     stopping = cfg.early_stopping
     if stopping.patience is None:
         return None
-    return early_stopping(int(stopping.patience), float(stopping.min_delta), selection)
+    return early_stopping(int(stopping.patience), float(stopping.min_delta), selection, hold)
 
 
 def _budget(
@@ -168,7 +153,8 @@ def run_callbacks(
         # puts the training weights back, so the image is drawn from the weights validated.
         callbacks.append(ExponentialMovingAverage(float(ema.decay)))
     callbacks.append(RateOnValidation(selection.monitor))  # a plateau lowers the rate
-    stopper = _stopper(cfg, selection)
+    timed, fitter, timer = _budget(cfg, budget, ckpt_dir)
+    stopper = _stopper(cfg, selection, None if fitter is None else fitter.holds_stopping)
     if stopper is not None:
         callbacks.append(stopper)
     carried = start.carried
@@ -176,11 +162,10 @@ def run_callbacks(
         carry_callbacks(carried, plan.best, stopper)
         if carried.optimizer is not None:
             callbacks.append(CarriedOptimizer(carried.optimizer, carried.path))
-    timed, fitter, timer = _budget(cfg, budget, ckpt_dir)
     callbacks += timed
     if extras.get("rank_watch") is not None:
         callbacks.append(extras["rank_watch"])
     return RunCallbacks(callbacks, plan, preemption, fitter, timer)
 
 
-__all__ = ["InferenceFields", "RankWatch", "RunCallbacks", "early_stopping", "run_callbacks"]
+__all__ = ["InferenceFields", "RankWatch", "RunCallbacks", "run_callbacks"]

@@ -5,7 +5,7 @@ A run validates on the main corpus's validation split, logging ``val/bleu``, ``v
 and the rest for each. One of those metrics is the run's selection: ``checkpoint.metric`` (bleu,
 chrf or loss) of the set ``checkpoint.select_on`` (default: the first), maximised for the scores
 and minimised for the loss. The best checkpoint (:mod:`training.checkpoints`) and early stopping
-(:func:`training.pipeline.early_stopping`) both follow it, so that the checkpoint the test stage
+(:func:`training.stopping.early_stopping`) both follow it, so that the checkpoint the test stage
 takes is the one early stopping waited for. The default, BLEU of the main validation split, is the
 ``val/bleu`` that checkpoints written before these settings existed monitor, so their callbacks'
 states (keyed by the monitored name) load on resume.

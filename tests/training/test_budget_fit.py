@@ -22,6 +22,7 @@ from training.budget import BudgetSettings
 from training.budget.fit import BudgetFit, BudgetTimer, validation_interval
 from training.lr.shapes import schedule_factor
 from training.module import TranslationModule
+from training.stopping import early_stopping
 
 PER_EPOCH = 10  # batches (updates) an epoch
 
@@ -325,3 +326,51 @@ def _tensors(value) -> list[torch.Tensor]:  # noqa: ANN001
     if isinstance(value, list | tuple):
         return [t for v in value for t in _tensors(v)]
     return []
+
+
+class Stalled(Validated):
+    """The toy module whose validation BLEU never improves: early stopping's patience runs out."""
+
+    def on_validation_epoch_end(self) -> None:
+        self.log("val/bleu", 1.0)
+
+
+@pytest.mark.parametrize("waits", ["after_decay", "patience"])
+def test_early_stopping_waits_for_the_decay_fitted_to_the_budget(tmp_path, caplog, waits):
+    """150 s, 1 s an update, validation every epoch (0.5 s), no refit (the fake clock runs on
+    past the budget: no timer stops this run): the rate is fitted to decay until about update 140.
+    Patience 1 with BLEU that never improves stops after the second validation (update 20) with
+    ``budget.early_stopping=patience``; with ``after_decay`` it stops at the first validation once
+    the decay has ended, and says at each one before why it went on."""
+    clock = Clock()
+    paced = Paced(clock, lambda step: 1.0, val_s=0.5)
+    fit = BudgetFit(150.0, BudgetSettings(early_stopping=waits, refits=0), 3, tmp_path, probe=5, clock=clock)
+    stop = early_stopping(1, 0.0, hold=fit.holds_stopping)
+    batch, _, vocab = _toy_batch()
+    lr = {"peak": 3e-3, "warmup_steps": 50, "schedule": "linear", "total_steps": 1000}
+    module = Stalled(_tiny(vocab), lr=lr)
+    trainer = L.Trainer(
+        max_steps=1000, accelerator="cpu", logger=False, enable_checkpointing=False,
+        callbacks=[paced, fit, stop], enable_progress_bar=False, enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )  # fmt: skip
+    with caplog.at_level(logging.INFO):
+        trainer.fit(
+            module, DataLoader([batch] * PER_EPOCH, batch_size=None), DataLoader([batch], batch_size=None)
+        )
+    end = fit.said["decay_end"]
+    held = [r.getMessage() for r in caplog.records if "but the run goes on" in r.getMessage()]
+    assert fit.said["fitted"] and 120 < end < 150
+    if waits == "patience":
+        assert trainer.global_step == 2 * PER_EPOCH and not held
+    else:  # the first epoch end at or past the decay's end
+        assert end <= trainer.global_step < end + PER_EPOCH and trainer.global_step % PER_EPOCH == 0
+        assert len(held) == trainer.global_step // PER_EPOCH - 2  # every validation from the 2nd on
+        assert f"decays until update {end:,}" in held[0]
+    assert stop.stopping_reason_message is not None and "did not improve" in stop.stopping_reason_message
+
+
+def test_a_bad_early_stopping_setting_is_refused_naming_the_key():
+    with pytest.raises(ValueError, match=r"early_stopping='never' is not one of after_decay, patience"):
+        BudgetSettings.from_dict({"early_stopping": "never"})
+    assert BudgetSettings.from_dict({"early_stopping": "patience"}).early_stopping == "patience"

@@ -17,11 +17,11 @@ import torch
 
 from tests.toy_text import write_toy_corpus
 from tests.training.test_pipeline import compose_config, toy_overrides
-from training.callbacks import early_stopping
 from training.checkpoints import plan_checkpoints
 from training.pipeline import train
 from training.plots import validation_curves
 from training.selection import Selection, choose_selection
+from training.stopping import early_stopping
 
 METRICS = ("bleu", "chrf", "loss", "ppl")
 

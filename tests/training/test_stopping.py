@@ -1,4 +1,5 @@
-"""Stopping for a reason: non-finite updates are skipped, too many stop the run; early stopping."""
+"""Stopping for a reason: non-finite updates are skipped, too many stop the run; early stopping,
+and its hold (training/stopping.py)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,19 @@ import json
 import logging
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
+from lightning.pytorch.callbacks import EarlyStopping
+from lightning.pytorch.callbacks.early_stopping import EarlyStoppingReason
+from torch.utils.data import DataLoader
 
 from tests.toy_text import write_toy_corpus
 from tests.training.test_pipeline import compose_config, toy_overrides
 from training import module as module_mod
 from training.nonfinite import NonFiniteError, NonFiniteGuard, PendingUpdate, UpdatePlace, nonfinite_flags
 from training.pipeline import train
+from training.stopping import EarlyStop, early_stopping
 
 
 @pytest.fixture(scope="module")
@@ -166,3 +172,56 @@ def test_the_host_decides_at_once_where_the_optimizer_cannot_skip_on_the_device(
         0,
         0,
     ]
+
+
+class Constant(L.LightningModule):
+    """One weight; validation logs ``values`` in turn as ``val/bleu``."""
+
+    def __init__(self, values: list[float]) -> None:
+        super().__init__()
+        self.w, self.values, self.validations = torch.nn.Parameter(torch.zeros(1)), values, 0
+
+    def training_step(self, batch, batch_idx):  # noqa: ANN001, ANN201
+        return (self.w * batch).sum()
+
+    def validation_step(self, batch, batch_idx) -> None:  # noqa: ANN001
+        pass
+
+    def on_validation_epoch_end(self) -> None:
+        self.log("val/bleu", self.values[min(self.validations, len(self.values) - 1)])
+        self.validations += 1
+
+    def configure_optimizers(self):  # noqa: ANN201
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+
+def _stopped_at(values: list[float], hold) -> tuple[int, EarlyStop]:  # noqa: ANN001
+    stop = early_stopping(2, 0.0, hold=hold)
+    trainer = L.Trainer(
+        max_epochs=10, accelerator="cpu", logger=False, enable_checkpointing=False, callbacks=[stop],
+        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+    )  # fmt: skip
+    data = DataLoader(torch.ones(4, 1), batch_size=1)  # 4 updates an epoch
+    trainer.fit(Constant(values), data, DataLoader(torch.ones(1, 1), batch_size=1))
+    return trainer.global_step, stop
+
+
+def test_a_hold_defers_only_a_stop_for_patience_and_the_count_goes_on():
+    """Patience 2, BLEU flat from the first validation: it stops after the third (update 12); held
+    until update 24 it stops at the first validation there, its count of 6 kept; a NaN stops at
+    once, held or not; with no reason given the hold changes nothing."""
+    assert _stopped_at([1.0], None)[0] == 12
+    assert _stopped_at([1.0], lambda update: None)[0] == 12
+    step, stop = _stopped_at([1.0], lambda update: "decaying" if update < 24 else None)
+    assert step == 24 and stop.wait_count == 5
+    assert stop.stopping_reason == EarlyStoppingReason.PATIENCE_EXHAUSTED
+    step, stop = _stopped_at([1.0, float("nan")], lambda update: "decaying")
+    assert step == 8 and stop.stopping_reason == EarlyStoppingReason.NON_FINITE_METRIC
+    step, stop = _stopped_at([1.0, 2.0, 3.0, 1.0], lambda update: "decaying" if update < 36 else None)
+    assert step == 36 and stop.best_score == 3.0  # improving validations reset its count
+
+
+def test_its_checkpoint_state_keeps_lightnings_key():
+    """Checkpoints written with Lightning's EarlyStopping resume into it, and the other way round."""
+    ours, theirs = early_stopping(3, 0.0), EarlyStopping(monitor="val/bleu", mode="max")
+    assert ours.state_key == theirs.state_key == "EarlyStopping{'monitor': 'val/bleu', 'mode': 'max'}"

@@ -248,6 +248,21 @@ class BudgetFit(Callback):
             "why": why,
         }
 
+    def holds_stopping(self, update: int) -> str | None:
+        """Why early stopping must wait at ``update`` (:mod:`training.stopping`): the rate fitted to
+        the budget is still decaying to its floor, whose end is the budget's; None where nothing
+        was fitted (the configured schedule stands), the decay has ended, or
+        ``budget.early_stopping=patience``."""
+        end = self.said.get("decay_end")
+        if self.settings.early_stopping != "after_decay" or not self.said.get("fitted") or end is None:
+            return None
+        if update >= end:
+            return None
+        return (
+            f"the rate fitted to the budget decays until update {end:,} and the averaged weights come "
+            "from its last part (budget.early_stopping=after_decay; patience: stop now)"
+        )
+
     # ------------------------------------------------------------------ hooks
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

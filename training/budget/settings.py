@@ -7,6 +7,9 @@ from typing import Any
 
 # budget.fit's values: none keeps the configured schedule; budget fits it to the forecast updates.
 FITS = ("none", "budget")
+# budget.early_stopping's values: after_decay holds early stopping until a fitted decay has ended;
+# patience lets it stop at any validation, as configured.
+STOPPING = ("after_decay", "patience")
 
 
 @dataclass(frozen=True)
@@ -21,6 +24,8 @@ class BudgetSettings:
         refits: forecasts after the first validation's, where the speed drifted, at most.
         drift: how far a new forecast must differ (a fraction) to fit again.
         validation_share: the share of the time validation may take.
+        early_stopping: ``after_decay`` (early stopping does not cut a decay fitted to the budget:
+            :mod:`training.stopping`) or ``patience`` (it stops whenever its patience runs out).
     """
 
     fit: str = "none"
@@ -29,10 +34,15 @@ class BudgetSettings:
     refits: int = 3
     drift: float = 0.03
     validation_share: float = 0.1
+    early_stopping: str = "after_decay"
 
     def __post_init__(self) -> None:
         if self.fit not in FITS:
             raise ValueError(f"budget.fit={self.fit!r} is not one of {', '.join(FITS)}")
+        if self.early_stopping not in STOPPING:
+            raise ValueError(
+                f"budget.early_stopping={self.early_stopping!r} is not one of {', '.join(STOPPING)}"
+            )
         for name in ("warmup_fraction", "average_fraction", "drift", "validation_share"):
             if not 0.0 < getattr(self, name) <= 1.0:
                 raise ValueError(f"budget.{name} must be in (0, 1], not {getattr(self, name)}")
@@ -50,7 +60,8 @@ class BudgetSettings:
         unknown = sorted(set(values) - set(known))
         if unknown:
             raise ValueError(f"budget: unknown key(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        texts = ("fit", "early_stopping")
         typed = {
-            k: (str(v) if k == "fit" else int(v) if k == "refits" else float(v)) for k, v in values.items()
+            k: (str(v) if k in texts else int(v) if k == "refits" else float(v)) for k, v in values.items()
         }
         return cls(**typed)
