@@ -172,9 +172,10 @@ MAP: dict[str, ShapeMap] = {
     # it): 6.08 in 5 minutes (1.56 epochs), 17.90 in 10 (3.05), 36.93 in 30 (10.0), 40.11 in 60 (18.9:
     # the README's main job with trainer.max_time=00:01:00:00 at a197204, which chose it). The same
     # recipe's 30 minutes on faster CPUs (BENCHMARKS.md, "Quality"; the issue that asked for this
-    # map): 39.68 in 17.2 epochs on a Zen 4 (dc2bd7b), 41.84 in 32.6 on a Zen 5 (416f7cd): by epochs
-    # the Zen 3's fp32 and the Zen 4's bf16 agree within 0.2 BLEU. At 5 minutes it loses to compact at equal settings (2,048 tokens, dropout 0.1, peak
-    # 1e-3): 17.78 in 1.48 epochs against 27.94 in 3.0.
+    # map): 39.68 in 17.2 epochs on a Zen 4 (dc2bd7b), 41.84 in 32.6 on a Zen 5 (416f7cd); the Zen 3's
+    # fp32 point lies within 0.1 BLEU of the line between those bf16 ones: by epochs, the CPUs agree.
+    # At 5 minutes it loses to compact at equal settings (2,048 tokens, dropout 0.1, peak 1e-3): 17.78
+    # in 1.48 epochs against 27.94 in 3.0.
     "small": ShapeMap(
         curve=((1.56, 6.08), (3.05, 17.90), (10.0, 36.93), (17.2, 39.68), (18.9, 40.11), (32.6, 41.84)),
         regimes=(Regime(float("inf"), 0.2, 4096, 1e-3, "inverse_sqrt", 600),),
