@@ -374,3 +374,12 @@ def test_a_bad_early_stopping_setting_is_refused_naming_the_key():
     with pytest.raises(ValueError, match=r"early_stopping='never' is not one of after_decay, patience"):
         BudgetSettings.from_dict({"early_stopping": "never"})
     assert BudgetSettings.from_dict({"early_stopping": "patience"}).early_stopping == "patience"
+
+
+def test_early_stopping_waits_in_the_cpu_recipes_and_stops_as_before_by_default():
+    """The default computes what runs did before the key (a resumed old checkpoint sees no change);
+    the CPU recipes, whose decay is fitted to their 30 minutes, wait for it."""
+    from tests.training.test_pipeline import compose_config
+
+    assert compose_config([]).budget.early_stopping == "patience" == BudgetSettings().early_stopping
+    assert compose_config(["experiment=multi30k_de_en"]).budget.early_stopping == "after_decay"

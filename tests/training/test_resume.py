@@ -324,6 +324,7 @@ def as_written_before_the_lr_group(checkpoint: dict) -> dict:
         **{_OLD_LR.get(k, k): v for k, v in old["run_config"]["lr"].items()},
     }
     budget = dict(old["run_config"]["budget"])
+    budget.pop("early_stopping", None)  # added after dc2bd7b
     config["validation"] = {"max_share": budget.pop("validation_share")}
     config["schedule"] = budget
     old["run_config"] = config

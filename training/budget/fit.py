@@ -252,7 +252,7 @@ class BudgetFit(Callback):
         """Why early stopping must wait at ``update`` (:mod:`training.stopping`): the rate fitted to
         the budget is still decaying to its floor, whose end is the budget's; None where nothing
         was fitted (the configured schedule stands), the decay has ended, or
-        ``budget.early_stopping=patience``."""
+        ``budget.early_stopping=patience`` (the default)."""
         end = self.said.get("decay_end")
         if self.settings.early_stopping != "after_decay" or not self.said.get("fitted") or end is None:
             return None

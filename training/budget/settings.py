@@ -24,8 +24,9 @@ class BudgetSettings:
         refits: forecasts after the first validation's, where the speed drifted, at most.
         drift: how far a new forecast must differ (a fraction) to fit again.
         validation_share: the share of the time validation may take.
-        early_stopping: ``after_decay`` (early stopping does not cut a decay fitted to the budget:
-            :mod:`training.stopping`) or ``patience`` (it stops whenever its patience runs out).
+        early_stopping: ``patience`` (early stopping stops whenever its patience runs out, as before
+            the key existed) or ``after_decay`` (it does not cut a decay fitted to the budget:
+            :mod:`training.stopping`).
     """
 
     fit: str = "none"
@@ -34,7 +35,7 @@ class BudgetSettings:
     refits: int = 3
     drift: float = 0.03
     validation_share: float = 0.1
-    early_stopping: str = "after_decay"
+    early_stopping: str = "patience"
 
     def __post_init__(self) -> None:
         if self.fit not in FITS:
