@@ -50,9 +50,22 @@ class Tick(L.Callback):
         self.losses[trainer.global_step] = float(outputs["loss"])
 
 
+class StopAt(L.Callback):
+    """Stops the run after update ``steps``, as an interruption does: unlike ``trainer.max_steps``,
+    no limit the fit would forecast to (which the tests of the run limit set themselves)."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: ANN001
+        if trainer.global_step >= self.steps:
+            trainer.should_stop = True
+            trainer.limit_val_batches = 0  # Lightning would validate the stopped epoch: max_steps does not
+
+
 def _run(
     tmp_path, steps: int, fit: BudgetFit, clock: Clock, resume: str | None = None, save: bool = False,
-    schedule: str = "inverse_sqrt",
+    schedule: str = "inverse_sqrt", max_steps: int = -1, max_epochs: int | None = None,
 ):  # fmt: skip
     batch, _, vocab = _toy_batch()
     torch.manual_seed(0)
@@ -60,7 +73,7 @@ def _run(
     lr = {"peak": 3e-3, "warmup_steps": 50, "schedule": schedule, "total_steps": total}
     module = TranslationModule(_tiny(vocab), lr=lr)
     tick = Tick(clock)
-    callbacks = [tick, fit]
+    callbacks = [tick, fit, StopAt(steps)]
     if save:
         callbacks.append(
             ModelCheckpoint(
@@ -68,7 +81,8 @@ def _run(
             )
         )
     trainer = L.Trainer(
-        max_steps=steps, accelerator="cpu", logger=False, enable_checkpointing=save, callbacks=callbacks,
+        max_steps=max_steps, max_epochs=max_epochs, accelerator="cpu", logger=False,
+        enable_checkpointing=save, callbacks=callbacks,
         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
     )  # fmt: skip
     loader = DataLoader([batch] * PER_EPOCH, batch_size=None)
@@ -130,6 +144,62 @@ def test_a_run_resumed_after_the_fit_continues_bit_exactly(tmp_path):
     assert [resumed_tick.losses[s] for s in later] == [straight_tick.losses[s] for s in later]
     for a, b in zip(resumed.model.parameters(), straight.model.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize(
+    ("max_steps", "max_epochs", "limit", "setting"),
+    [(40, None, 40, "trainer.max_steps=40"), (-1, 3, 30, "trainer.max_epochs=3")],
+)
+def test_a_run_whose_own_limit_ends_it_before_the_budget_decays_to_that_limit(
+    tmp_path, caplog, max_steps, max_epochs, limit, setting
+):
+    """The budget holds 90 updates, but the run's step or epoch limit ends it first: the decay
+    ends there (fitted to 90, the run would stop with the rate at half its peak), and the log and
+    results.json say which limit ended it."""
+    clock = Clock()
+    fit = _fit(clock, tmp_path)
+    with caplog.at_level(logging.INFO, logger="training.budget.fit"):
+        module, tick = _run(tmp_path, 100, fit, clock, max_steps=max_steps, max_epochs=max_epochs)
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("schedule fit")]
+    assert len(said) == 1 and f"{setting} ends the run before the budget does, at ~{limit} updates" in said[0]
+    assert fit.forecast_updates == limit and fit.said["ended_by"] == setting
+    assert module.learning_rate.fitted.end == limit == max(tick.lrs)  # the run's last update
+    assert tick.lrs[limit] < 0.05 * 3e-3 < tick.lrs[limit // 2]  # at the floor when the run ends
+
+
+def test_a_run_resumed_with_a_later_limit_refits_to_it_and_one_without_a_limit_to_the_budget(
+    tmp_path, caplog
+):
+    """Fitted to the 30 updates of trainer.max_steps=30 (the budget holds 90), resumed with 60: the
+    rate rises back from the floor, never jumping, and decays to it at update 60; resumed again with
+    no limit (Lightning's 1,000 epochs), to the budget's end."""
+    clock = Clock()
+    first = _fit(clock, tmp_path / "a")
+    _run(tmp_path / "a", 100, first, clock, save=True, max_steps=30)
+    assert first.forecast_updates == 30
+    ckpt = tmp_path / "a" / "e2.ckpt"  # after update 30
+    assert torch.load(ckpt, weights_only=True)["global_step"] == 30
+    later = Clock()
+    longer = _fit(later, tmp_path / "b")
+    with caplog.at_level(logging.INFO, logger="training.budget.fit"):
+        module, tick = _run(tmp_path / "b", 100, longer, later, resume=str(ckpt), save=True, max_steps=60)
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("schedule fit")]
+    assert any(
+        "the run's limit changed on resume (trainer.max_steps=60): update 30 to update 60" in s for s in said
+    )
+    assert longer.forecast_updates == 60 and module.learning_rate.fitted.end == 60
+    rates = [tick.lrs[s] for s in range(31, 61)]
+    assert rates[0] < 0.05 * 3e-3 and max(rates) > 0.2 * 3e-3 and rates[-1] < 0.05 * 3e-3
+    assert all(abs(b - a) <= 3e-3 / 5 for a, b in zip(rates, rates[1:], strict=False))  # no jump
+    caplog.clear()
+    unbounded = _fit(Clock(), tmp_path / "c")
+    with caplog.at_level(logging.INFO, logger="training.budget.fit"):
+        _run(tmp_path / "c", 61, unbounded, unbounded.clock, resume=str(tmp_path / "b" / "e5.ckpt"))
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("schedule fit")]
+    # no limit given: Lightning's 1,000 epochs
+    limit = "the run's limit changed on resume (trainer.max_epochs=1000): update 60 to update 10,000"
+    assert any(limit in s for s in said)
+    assert unbounded.forecast_updates > 60 and unbounded.said["ended_by"] == "trainer.max_time"
 
 
 def test_the_weights_of_the_budgets_last_part_are_averaged(tmp_path):
@@ -235,7 +305,7 @@ def _validated_run(tmp_path, steps: int, fit: BudgetFit, paced: Paced, resume: s
     module = Validated(_tiny(vocab), lr=lr)
     checkpoints = ModelCheckpoint(dirpath=tmp_path, filename="e{epoch}", save_top_k=-1, save_last=True)
     trainer = L.Trainer(
-        max_steps=steps, accelerator="cpu", logger=False, callbacks=[paced, fit, checkpoints],
+        accelerator="cpu", logger=False, callbacks=[paced, fit, checkpoints, StopAt(steps)],
         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
     )  # fmt: skip
     loader = DataLoader([batch] * PER_EPOCH, batch_size=None)

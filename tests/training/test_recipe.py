@@ -18,8 +18,8 @@ from training.config import model_group, plain
 from training.lr import RateSettings
 from training.pipeline import train
 from training.recipe import rule
-from training.recipe.fit import SHAPE_KEYS, given_keys, shape_keys
-from training.recipe.forecast import Forecast
+from training.recipe.fit import SHAPE_KEYS, describe, given_keys, shape_keys
+from training.recipe.forecast import Forecast, forecast
 from training.recipe.rule import Regime, ShapeMap, choose, predicted_bleu
 
 REGIMES = (
@@ -196,3 +196,16 @@ def test_the_rule_gives_the_maps_best_at_the_budgets_it_measured():
         4096,
         1e-3,
     )
+
+
+def test_no_candidate_is_forecast_more_epochs_than_trainer_max_epochs():
+    """A budget that holds 300 epochs of a run that trainer.max_epochs ends at 30: the rule reads
+    the map at 30, and says so; without a limit (None, -1) the budget's epochs stand."""
+    capped = forecast("small", 4096, 0.01, 3000.0, 100, max_epochs=30)
+    assert (capped.updates, capped.epochs, capped.ended_by) == (3000, 30.0, "trainer.max_epochs=30")
+    for limit in (None, -1, 4000):
+        free = forecast("small", 4096, 0.01, 3000.0, 100, max_epochs=limit)
+        assert (free.updates, free.epochs, free.ended_by) == (300_000, 3000.0, "trainer.max_time")
+    choice = choose([capped], {"small": SHAPES["compact"]}, frozenset(), {"small": TOY_MAP["compact"]})
+    assert choice.forecasts[0]["ended_by"] == "trainer.max_epochs=30"
+    assert "trainer.max_epochs=30 ends it before the budget" in describe(choice, [capped])

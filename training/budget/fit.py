@@ -8,9 +8,11 @@ then it has the learning rate fitted to them (:mod:`training.lr.fitted`, a part 
 what a validation costs: it validates every k epochs so that validation takes at most
 ``budget.validation_share`` of the time, and forecasts again; after later validations it forecasts
 again where the measured speed drifted (a shared machine), at most ``budget.refits`` times, each fit
-starting from the rate the run has, so the rate never jumps. A run resumed with another budget
-(``trainer.max_time`` changed) forecasts again once it has timed its first updates, and the rate is
-fitted to the new end (:func:`training.lr.fitted.rejoin_schedule`). Once the time limit stops the
+starting from the rate the run has, so the rate never jumps. No forecast passes the update where the
+run's own limits end it (``trainer.max_steps``, ``trainer.max_epochs``: a budget that holds more
+would fit a decay the run never finishes). A run resumed with another budget (``trainer.max_time``)
+or another limit that bounds its forecast forecasts again, at the speed last measured, and the rate
+is fitted to the new end (:func:`training.lr.fitted.rejoin_schedule`). Once the time limit stops the
 run, no validation follows (Lightning would run one; :class:`BudgetTimer`): the best checkpoint and
 early stopping keep what the run validated.
 
@@ -32,7 +34,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, Timer
 
-from training.budget.forecast import PROBE_UPDATES, forecast
+from training.budget.forecast import PROBE_UPDATES, forecast, run_limit
 from training.budget.points import average_points, point_path, write_point
 from training.budget.settings import BudgetSettings
 from training.lr import LearningRate, RateSettings
@@ -97,7 +99,10 @@ class BudgetFit(Callback):
         self._timed: tuple[float, int, float] | None = None  # (clock, update, validation s so far)
         self._val_start: float | None = None
         self._val_total = 0.0
-        self._budget_was: float | None = None  # a resumed run's earlier budget, where it changed
+        # Why a resumed run forecasts again: its trainer.max_time, or the update its own limits end
+        # it at (trainer.max_steps, trainer.max_epochs: :func:`_run_limit`), changed; None: neither.
+        self._changed: str | None = None
+        self._saved_limit: int | None = None  # the run limit's update when the checkpoint was saved
         self._legacy: tuple[Path, float] | None = None  # an old checkpoint's summed weights, as a file
 
     # ------------------------------------------------------------------ measuring
@@ -123,7 +128,9 @@ class BudgetFit(Callback):
         else:
             share = self.settings.validation_share  # before the first validation: at most its share
         remaining = max(self.budget_s - self._elapsed(), 0.0)
-        return step + int(remaining * (1.0 - share) / seconds_per_update)
+        updates = step + int(remaining * (1.0 - share) / seconds_per_update)
+        limit = _run_limit(trainer)
+        return updates if limit is None else min(updates, limit[0])
 
     # ------------------------------------------------------------------ fitting
 
@@ -144,7 +151,7 @@ class BudgetFit(Callback):
         per_epoch = _updates_per_epoch(trainer)
         needed = forecast(1.0, 1.0, per_epoch, lr.warmup_steps, self.average_last, self.every_n_updates)
         current = rate.factor(step)
-        if self._budget_was is not None and rate.fitted is not None:
+        if self._changed is not None and rate.fitted is not None:
             fit = rejoin_schedule(updates, step, current, rate.fitted, self.settings.warmup_fraction)
         else:
             fit = fit_schedule(
@@ -165,13 +172,13 @@ class BudgetFit(Callback):
             points = []
         else:
             points = average_points(updates, per_epoch, self.average_last, self.settings.average_fraction)
-        if self._budget_was is not None:
+        if self._changed is not None:
             first = min(points, default=updates + 1)
             stale = [t for t in self.taken if t < first]
             for t in stale:
                 point_path(self.ckpt_dir, t).unlink(missing_ok=True)
             self.taken = [t for t in self.taken if t >= first]
-            self._budget_was = None
+            self._changed = None
         self.points = sorted({p for p in points if p > trainer.global_step} | set(self.taken))
 
     def _say(
@@ -223,9 +230,16 @@ class BudgetFit(Callback):
         else:
             average = "no average"
 
+        limit = _run_limit(trainer)
+        ends = (
+            f"{limit[1]} ends the run before the budget does, at"
+            if limit is not None and updates >= limit[0]
+            else "the budget holds"
+        )
         logger.info(
-            "schedule fit (%s): the budget holds ~%s updates (%.1f epochs) at %.2f s per update, %s: %s; %s",
+            "schedule fit (%s): %s ~%s updates (%.1f epochs) at %.2f s per update, %s: %s; %s",
             why,
+            ends,
             f"{updates:,}",
             updates / per_epoch,
             seconds,
@@ -235,6 +249,7 @@ class BudgetFit(Callback):
         )
         self.said = {
             "forecast_updates": updates,
+            "ended_by": limit[1] if limit is not None and updates >= limit[0] else "trainer.max_time",
             "seconds_per_update": seconds,
             "warmup": fit.warmup,
             "schedule": fit.shape,
@@ -269,14 +284,31 @@ class BudgetFit(Callback):
         self._start = self.clock()
         if self.val_every > 1 and self.every_n_updates is None:  # a resumed run validates as it did
             trainer.check_val_every_n_epoch = self.val_every
+        self._changed = self._changed or self._limit_changed(trainer)
+        limit = _run_limit(trainer)
+        self._saved_limit = None if limit is None else limit[0]
         speed = self.said.get("seconds_per_update")
-        if self._budget_was is not None and speed:  # another budget: forecast again at once, at the
+        if self._changed is not None and speed:  # another budget: forecast again at once, at the
             # speed last measured (later validations refit where it drifted), so that no update
             # trains at the old end's floor
             step = trainer.global_step
             updates = self._agreed(trainer, self._forecast(trainer, step, float(speed)))
-            why = f"trainer.max_time changed on resume, {self._budget_was:.0f} s to {self.budget_s:.0f} s"
-            self._fit(trainer, pl_module, updates, why)
+            self._fit(trainer, pl_module, updates, self._changed)
+
+    def _limit_changed(self, trainer: L.Trainer) -> str | None:
+        """Why a resumed run's forecast no longer stands where its run limit moved: the old limit
+        bounded it, or the new one falls before it; None where neither (or nothing was forecast)."""
+        if self.forecast_updates is None:
+            return None
+        limit = _run_limit(trainer)
+        now = None if limit is None else limit[0]
+        bounded = self._saved_limit is not None and self.forecast_updates >= self._saved_limit
+        if now == self._saved_limit or not (bounded or (now is not None and now < self.forecast_updates)):
+            return None
+        was = "none" if self._saved_limit is None else f"update {self._saved_limit:,}"
+        setting = "trainer.max_steps, trainer.max_epochs" if limit is None else limit[1]
+        to = "none" if now is None else f"update {now:,}"
+        return f"the run's limit changed on resume ({setting}): {was} to {to}"
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -287,18 +319,14 @@ class BudgetFit(Callback):
         if self._timed is None:  # after the first update: its compiling and warm-up are not timed
             self._timed = (self.clock(), step, self._val_total)
             return
-        if self.forecast_updates is not None and self._budget_was is None:
+        if self.forecast_updates is not None and self._changed is None:
             return
         epoch_ends = batch_idx + 1 >= trainer.num_training_batches
         timed = step - self._timed[1]
         if timed == 0 or (timed < self.probe and not epoch_ends):
             return
         updates = self._agreed(trainer, self._forecast(trainer, step, self._seconds_per_update(step)))
-        if self._budget_was is not None:
-            why = f"trainer.max_time changed on resume, {self._budget_was:.0f} s to {self.budget_s:.0f} s"
-        else:
-            why = f"{timed} updates timed"
-        self._fit(trainer, pl_module, updates, why)
+        self._fit(trainer, pl_module, updates, self._changed or f"{timed} updates timed")
 
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.sanity_checking and trainer.state.fn == "fit":
@@ -371,6 +399,7 @@ class BudgetFit(Callback):
             "points": list(self.points),
             "taken": list(self.taken),
             "said": dict(self.said),
+            "run_limit": self._saved_limit,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -382,9 +411,12 @@ class BudgetFit(Callback):
         self.points = list(state_dict["points"])
         self.taken = list(state_dict["taken"])
         self.said = dict(state_dict["said"])
+        self._saved_limit = state_dict.get("run_limit")  # absent before the key: no limit known
         budget = state_dict.get("budget_s")
-        if budget is not None and float(budget) != self.budget_s:
-            self._budget_was = float(budget)  # forecast again once the first updates are timed
+        if budget is not None and float(budget) != self.budget_s:  # forecast again once timed
+            self._changed = (
+                f"trainer.max_time changed on resume, {float(budget):.0f} s to {self.budget_s:.0f} s"
+            )
         summed = state_dict.get("summed")
         if summed and self.taken:  # a checkpoint from before the weights were files: their sum as one
             self._legacy = _legacy_sum(summed, self.taken, self.ckpt_dir)
@@ -420,6 +452,11 @@ class BudgetTimer(Timer):
 
 def _updates_per_epoch(trainer: L.Trainer) -> int:
     return max(1, math.ceil(trainer.num_training_batches / trainer.accumulate_grad_batches))
+
+
+def _run_limit(trainer: L.Trainer) -> tuple[int, str] | None:
+    """The update ``trainer.max_steps`` or ``trainer.max_epochs`` ends the run at, whichever is first."""
+    return run_limit(trainer.max_steps, trainer.max_epochs, _updates_per_epoch(trainer))
 
 
 __all__ = ["BudgetFit", "BudgetTimer", "validation_interval"]

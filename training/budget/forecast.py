@@ -67,6 +67,21 @@ def forecast(
     return BudgetForecast(updates, updates / updates_per_epoch, needed, needed * seconds_per_update)
 
 
+def run_limit(
+    max_steps: int | None, max_epochs: int | None, updates_per_epoch: int
+) -> tuple[int, str] | None:
+    """Where the run's own limits end it, whatever the time: the fewer of ``trainer.max_steps``
+    updates and ``trainer.max_epochs`` epochs of ``updates_per_epoch``, and that limit's setting
+    (``"trainer.max_epochs=40"``); None where neither is set (-1, 0 or None). A forecast of the
+    budget that passed it would fit a decay that the run never reaches the end of."""
+    limits = []
+    if max_steps is not None and max_steps > 0:
+        limits.append((int(max_steps), f"trainer.max_steps={max_steps}"))
+    if max_epochs is not None and max_epochs > 0:
+        limits.append((int(max_epochs) * max(updates_per_epoch, 1), f"trainer.max_epochs={max_epochs}"))
+    return min(limits) if limits else None
+
+
 def max_time_seconds(max_time: str | dict[str, int]) -> float:
     """Lightning's ``max_time`` ("DD:HH:MM:SS", or a mapping of ``timedelta`` arguments) in seconds."""
     if isinstance(max_time, str):

@@ -96,10 +96,12 @@ def forecasts(
     max_tokens: int,
     train_seconds: float,
     updates_per_epoch: int,
+    max_epochs: int | None = None,
 ) -> list[Forecast]:
-    """What ``train_seconds`` hold for each timed shape at the batch size it was timed at."""
+    """What ``train_seconds`` hold for each timed shape at the batch size it was timed at, up to
+    ``max_epochs`` (``trainer.max_epochs``; None: no limit)."""
     return [
-        forecast(name, max_tokens, t.seconds_per_update, train_seconds, updates_per_epoch)
+        forecast(name, max_tokens, t.seconds_per_update, train_seconds, updates_per_epoch, max_epochs)
         for name, t in timings.items()
     ]
 
@@ -129,6 +131,7 @@ def fit_recipe(
     given: frozenset[str],
     recipe_map: dict[str, ShapeMap] | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    max_epochs: int | None = None,
 ) -> tuple[Choice, list[Forecast]]:
     """The recipe for a budget of ``budget_s`` seconds on this machine.
 
@@ -144,6 +147,7 @@ def fit_recipe(
         given: the recipe keys the command line set.
         recipe_map: the map the rule reads; None: the rule's (:data:`training.recipe.rule.MAP`).
         clock: seconds, monotonic.
+        max_epochs: ``trainer.max_epochs``: no candidate is forecast more epochs than it.
     """
     if given.issuperset(SHAPE_KEYS):
         own = configured_shape(model, shapes)
@@ -169,7 +173,7 @@ def fit_recipe(
     )
     train_s = max(budget_s - (clock() - start), 0.0) * (1.0 - validation_share)
     max_tokens = int(datamodule.settings.batches.max_tokens)
-    found = forecasts(timings, max_tokens, train_s, len(loader))
+    found = forecasts(timings, max_tokens, train_s, len(loader), max_epochs)
     return choose(found, shapes, given, rule.MAP if recipe_map is None else recipe_map), found
 
 
@@ -184,9 +188,11 @@ def fit_to_budget(
     device = "cuda" if str(cfg.trainer.get("accelerator", "cpu")) in ("gpu", "cuda") else "cpu"
     budget_s = max_time_seconds(plain(cfg.trainer)["max_time"])
     share = float(cfg.recipe.timing_share)
+    max_epochs = plain(cfg.trainer).get("max_epochs")
     choice, found = fit_recipe(
-        model, shapes, datamodule, precision, device, budget_s, share, validation_share, given
-    )
+        model, shapes, datamodule, precision, device, budget_s, share, validation_share, given,
+        max_epochs=None if max_epochs is None else int(max_epochs),
+    )  # fmt: skip
     logger.info("%s", describe(choice, found))
     return choice
 
@@ -194,7 +200,9 @@ def fit_to_budget(
 def describe(choice: Choice, forecast_list: list[Forecast]) -> str:
     """The log line: what each candidate would get, what was chosen and why."""
     held = "; ".join(
-        f"{f.shape}: {f.seconds_per_update:.2f} s per update, ~{f.updates:,} updates ({f.epochs:.1f} epochs)"
+        f"{f.shape}: {f.seconds_per_update:.2f} s per update, ~{f.updates:,} updates ({f.epochs:.1f} epochs"
+        + ("" if f.ended_by == "trainer.max_time" else f": {f.ended_by} ends it before the budget")
+        + ")"
         for f in forecast_list
     )
     settings = ", ".join(f"{k}={v}" for k, v in choice.settings.items() if k not in SHAPE_KEYS)

@@ -140,6 +140,7 @@ def choose(
             "seconds_per_update": f.seconds_per_update,
             "updates": f.updates,
             "epochs": f.epochs,
+            "ended_by": f.ended_by,
         }
         for f in forecasts
     ]
