@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -17,10 +18,12 @@ from tests.training.test_pipeline import compose_config, toy_overrides
 from training.config import model_group, plain
 from training.lr import RateSettings
 from training.pipeline import train
+from training.recipe import fit as recipe_fit
 from training.recipe import rule
 from training.recipe.fit import SHAPE_KEYS, describe, given_keys, shape_keys
 from training.recipe.forecast import Forecast, forecast
 from training.recipe.rule import Regime, ShapeMap, choose, predicted_bleu
+from training.recipe.timing import Timing
 
 REGIMES = (
     Regime(3.0, 0.1, 2048, 2e-3, "linear", 10),
@@ -209,3 +212,53 @@ def test_no_candidate_is_forecast_more_epochs_than_trainer_max_epochs():
     choice = choose([capped], {"small": SHAPES["compact"]}, frozenset(), {"small": TOY_MAP["compact"]})
     assert choice.forecasts[0]["ended_by"] == "trainer.max_epochs=30"
     assert "trainer.max_epochs=30 ends it before the budget" in describe(choice, [capped])
+
+
+class _GpuData:
+    """What the fit reads of a run's data: 120 batches an epoch at 4,096 tokens."""
+
+    src_vocab_size = tgt_vocab_size = 64
+    settings = SimpleNamespace(batches=SimpleNamespace(max_tokens=4096))
+
+    def train_dataloader(self) -> list[int]:
+        return list(range(120))
+
+
+@pytest.mark.parametrize(
+    ("max_time", "seconds", "shape", "epochs"),
+    [
+        # 8 minutes at an H100's pace: both shapes reach the 30 epochs trainer.max_epochs allows,
+        # where the small model's curve (~41.7) passes compact's (40.5): small, as the CPUs tuned it.
+        ("00:00:08:00", {"compact": 0.010, "small": 0.015}, "small", {"compact": 30.0, "small": 30.0}),
+        # 2 minutes on a slower GPU: compact 11.25 epochs (~40.4), small 7.5 (~32): compact, dropout 0.1.
+        ("00:00:02:00", {"compact": 0.08, "small": 0.12}, "compact", {"compact": 11.25, "small": 7.5}),
+    ],
+)
+def test_the_gpu_experiment_fits_the_recipe_by_the_same_rule_at_the_gpus_speed(
+    monkeypatch, caplog, max_time, seconds, shape, epochs
+):
+    """experiment=multi30k_de_en_gpu fits its recipe to the budget: each candidate is timed on
+    CUDA (here a stand-in timer, so that the choice runs on the CPU), and the rule reads the map at
+    the epochs the GPU's speed gives, at most trainer.max_epochs."""
+    cfg = compose_config(["experiment=multi30k_de_en_gpu", f"trainer.max_time={max_time}"])
+    assert cfg.recipe.fit == "budget" and cfg.trainer.max_epochs == 30
+    names = {model_group(name)["d_model"]: name for name in cfg.recipe.shapes}
+    devices = []
+
+    def timer(model, batches, precision, device):  # noqa: ANN001
+        devices.append(device)
+        return Timing(seconds[names[model["d_model"]]], 1.0, len(batches) - 1)
+
+    monkeypatch.setattr(recipe_fit, "time_updates", timer)
+    with caplog.at_level(logging.INFO, logger="training.recipe.fit"):
+        choice = recipe_fit.fit_to_budget(cfg, _GpuData(), "bf16-mixed", 0.1, frozenset())
+    assert devices == ["cuda"] * len(cfg.recipe.shapes)
+    assert {f["shape"]: f["epochs"] for f in choice.forecasts} == pytest.approx(epochs, rel=2e-3)
+    regime = rule.settings_for(rule.MAP[shape], epochs[shape])
+    assert choice.shape == shape and choice.settings["model.dropout"] == regime.dropout
+    assert (choice.settings["data.max_tokens"], choice.settings["lr.schedule"]) == (
+        regime.max_tokens,
+        regime.schedule,
+    )
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("recipe fit:")]
+    assert len(said) == 1 and f"Chosen: {shape}," in said[0]
