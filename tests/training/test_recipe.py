@@ -23,7 +23,7 @@ from training.recipe import rule
 from training.recipe.fit import SHAPE_KEYS, describe, given_keys, shape_keys
 from training.recipe.forecast import Forecast, forecast
 from training.recipe.rule import Regime, ShapeMap, choose, predicted_bleu
-from training.recipe.timing import Timing
+from training.recipe.timing import Timing, time_updates
 
 REGIMES = (
     Regime(3.0, 0.1, 2048, 2e-3, "linear", 10),
@@ -245,7 +245,7 @@ def test_the_gpu_experiment_fits_the_recipe_by_the_same_rule_at_the_gpus_speed(
     names = {model_group(name)["d_model"]: name for name in cfg.recipe.shapes}
     devices = []
 
-    def timer(model, batches, precision, device):  # noqa: ANN001
+    def timer(model, batches, precision, device, warmup=1):  # noqa: ANN001
         devices.append(device)
         return Timing(seconds[names[model["d_model"]]], 1.0, len(batches) - 1)
 
@@ -262,3 +262,27 @@ def test_the_gpu_experiment_fits_the_recipe_by_the_same_rule_at_the_gpus_speed(
     )
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("recipe fit:")]
     assert len(said) == 1 and f"Chosen: {shape}," in said[0]
+
+
+def _toy_batches(n: int, rows: int = 3, length: int = 5) -> list[dict[str, torch.Tensor]]:
+    """``n`` batches of random ids (no padding), each of another length: a new shape each."""
+    generator = torch.Generator().manual_seed(0)
+    out = []
+    for i in range(n):
+        ids = torch.randint(4, 20, (rows, length + i), generator=generator)
+        out.append({"src": ids, "tgt_in": ids, "tgt_out": ids})
+    return out
+
+
+def test_time_updates_times_the_updates_after_its_warmup():
+    """The fit's timing (time_shape: the batches twice, the second pass timed) times exactly the
+    second pass; a warm-up that leaves nothing to time is refused, naming the counts."""
+    model = {"src_vocab_size": 20, "tgt_vocab_size": 20, "d_model": 8, "n_heads": 2, "n_encoder_layers": 1}
+    model.update(n_decoder_layers=1, d_ff=16, dropout=0.0)
+    batches = _toy_batches(3)
+    timing = recipe_fit.time_shape(model, batches, "32-true", "cpu")
+    assert timing.updates == 3 and timing.seconds_per_update > 0
+    assert time_updates(model, batches, warmup=2).updates == 1
+    for warmup in (0, 3):
+        with pytest.raises(ValueError, match=f"3 batches leave none to time after warmup={warmup}"):
+            time_updates(model, batches, warmup=warmup)

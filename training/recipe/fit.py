@@ -40,8 +40,8 @@ SHAPE_KEYS = (
     "model.n_decoder_layers",
     "model.d_ff",
 )
-# The batches each candidate is timed on, after one that warms up.
-TIMED_BATCHES = 3
+# The batches each candidate is timed on, twice: the first pass warms up, the second is timed.
+TIMED_BATCHES = 4
 # Every key the fit may set.
 RECIPE_KEYS = (*SHAPE_KEYS, "model.dropout", "data.max_tokens", "lr.peak", "lr.warmup_steps", "lr.schedule")
 
@@ -64,6 +64,12 @@ def given_keys(overrides: list[str]) -> frozenset[str]:
         elif key in ("lr", "data", "model"):  # a whole group replaced: every key of it given
             given.update(k for k in RECIPE_KEYS if k.startswith(key + "."))
     return frozenset(given)
+
+
+def time_shape(model: dict[str, Any], batches: list[Any], precision: str, device: str) -> Timing:
+    """One candidate's speed as the fit reads it: ``batches`` (``TIMED_BATCHES`` of the run's) twice
+    over, the second pass timed (:func:`training.recipe.timing.time_updates`)."""
+    return time_updates(model, batches * 2, precision, device, warmup=len(batches))
 
 
 def time_candidates(
@@ -158,16 +164,19 @@ def fit_recipe(
                 "reads: choose one of them (model=NAME), or set recipe.fit=none"
             )
     loader = datamodule.train_dataloader()
-    # The first warms up (allocations, kernel choice), the median of the next three is the speed:
-    # one timed batch after a quarter-batch warm-up read a Zen 3's speed 25-30% too slow.
-    batches = list(islice(iter(loader), 1 + TIMED_BATCHES))
+    # A pass over them warms up (allocations, the heap, kernel choice for each shape), the median of
+    # a second pass is the speed: the median of three after one warm-up update read a Zen 5's bf16
+    # speed 1.56-1.72x too slow at 4,096 tokens (bench/recipe_speed.py), and chose compact at 20
+    # minutes where small as configured reached 0.8 BLEU more (BENCHMARKS.md, "The recipe fitted to
+    # a budget").
+    batches = list(islice(iter(loader), TIMED_BATCHES))
     models = {
         name: {**model, **{k.split(".", 1)[1]: v for k, v in keys.items()}} for name, keys in shapes.items()
     }
     start = clock()
     timings = time_candidates(
         models,
-        lambda m: time_updates(m, batches, precision, device),
+        lambda m: time_shape(m, batches, precision, device),
         timing_share * budget_s,
         clock,
     )

@@ -1,10 +1,13 @@
 """How fast a candidate model trains on this machine: a few updates, timed.
 
 :func:`time_updates` builds the candidate's module, applies the device's fast paths as the run
-does (``fastpaths.optimize``), and runs real updates (forward, backward, Adam) on real batches, in
-the run's precision; the first (allocations, kernel choice) is not timed. It answers seconds per
-update at the batches' size; a candidate's speed at another batch size is taken in tokens per
-second, which moves little with the batch size (``bench/recipe_speed.py`` measures how little).
+does (``fastpaths.optimize``), and runs real updates (forward, backward, the run's Adam) on real
+batches, in the run's precision; the first ``warmup`` are not timed. The fit runs its batches twice
+and times the second pass: a fresh module's first updates grow the heap and choose kernels for each
+new shape, which a run pays once, and one warm-up update read a Zen 5's bf16 speed 1.56-1.72x too
+slow (``bench/recipe_speed.py``). It answers seconds per update at the batches' size; a candidate's
+speed at another batch size is taken in tokens per second, which moves within ~25% between 1,024
+and 4,096 tokens (the same benchmark).
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import torch
 from torch import Tensor
 
 from fastpaths.optimize import optimize
-from training.module import TranslationModule
+from training.module import FUSED_ADAM_DEVICES, TranslationModule
+from training.optimizer import build_optimizer
 
 
 @dataclass(frozen=True)
@@ -50,27 +54,33 @@ def time_updates(
     precision: str = "32-true",
     device: str | torch.device = "cpu",
     label_smoothing: float = 0.1,
+    warmup: int = 1,
 ) -> Timing:
     """Times updates of a fresh ``model`` (``TransformerConfig`` fields) on ``batches``.
 
     Args:
         model: the candidate's model settings, vocabulary sizes included.
-        batches: the batches to train on, ``collate_columns``' form; the first is not timed, so
-            give one more than the updates to time (at least two).
+        batches: the batches to train on, one update each, ``collate_columns``' form (a list
+            twice over, ``warmup`` its length, times its second pass).
         precision: the run's (``32-true``, ``bf16-mixed``, ...).
         device: where the run trains.
         label_smoothing: the run's.
+        warmup: the leading updates not timed (at least one: allocations, kernel choice).
 
     Returns:
-        The :class:`Timing` of the updates after the first.
+        The :class:`Timing` of the updates after the first ``warmup``.
     """
-    if len(batches) < 2:
-        raise ValueError("time_updates needs at least two batches: the first is not timed")
+    if not 1 <= warmup < len(batches):
+        raise ValueError(
+            f"time_updates: {len(batches)} batches leave none to time after warmup={warmup} (at least one "
+            "warm-up update, and one more timed)"
+        )
     device = torch.device(device)
     module = TranslationModule(model, lr={"peak": 1e-4, "warmup_steps": 0}).to(device)
     module.use(optimize(module.model, device, "train"))
     module.train()
-    adam = torch.optim.Adam(module.model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    fused = device.type in FUSED_ADAM_DEVICES  # as the run's optimizer (configure_optimizers)
+    adam = build_optimizer(module.model, "adam", 1e-4, (0.9, 0.98), 1e-9, 0.0, fused=fused)
     seconds, tokens = [], []
     for i, batch in enumerate(batches):
         batch = {k: v.to(device) if isinstance(v, Tensor) else v for k, v in batch.items()}
@@ -82,7 +92,7 @@ def time_updates(
         adam.zero_grad(set_to_none=True)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        if i > 0:
+        if i >= warmup:
             seconds.append(time.perf_counter() - start)
             tokens.append(int(n_tokens.sum()))
     seconds.sort()
