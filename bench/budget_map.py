@@ -3,12 +3,14 @@
     python bench/budget_map.py run 5 S4-d1 -- model=compact data.max_tokens=4096 model.dropout=0.1
     python bench/budget_map.py table            # every run so far, by budget
     python bench/budget_map.py plot docs/budget_map.png
+    python bench/budget_map.py --record bench/results/budget_map_zen5.json table   # another machine's map
 
 ``run MINUTES NAME -- OVERRIDES`` trains ``python3 train.py experiment=multi30k_de_en`` with
 ``trainer.max_time`` set to MINUTES and the recipe fit off (``recipe.fit=none``: the settings are
 the ones given), into ``bench/results/budget_map/<NAME>/``, then records what it reached
 (``results.json``: test BLEU, updates, epochs, the schedule fitted to the budget, peak memory) with
-the overrides, the machine and the commit, in ``bench/results/budget_map.json``. Runs are one after
+the overrides, the machine and the commit, in ``bench/results/budget_map.json`` (``--record PATH``:
+another file, one per machine, as the budget buys each machine different epochs). Runs are one after
 the other on an otherwise idle machine: the budget is wall-clock time.
 
 ``table`` prints every run by budget and shape; ``plot`` draws BLEU against budget, one curve per
@@ -94,6 +96,7 @@ def record(
     config = yaml.safe_load((out / "config.yaml").read_text())
     fit = results.get("schedule_fit") or {}
     epochs, val_bleu = _epochs(out, results.get("ending_update"))
+    rate = config.get("lr") or config["optimizer"]  # before the lr group (dc2bd7b): optimizer.lr
     env = environment(2)
     entry = {
         "name": name,
@@ -102,8 +105,8 @@ def record(
         "shape": _shape_of(config),
         "max_tokens": config["data"]["max_tokens"],
         "dropout": config["model"]["dropout"],
-        "lr": config["lr"]["peak"],
-        "schedule": config["lr"]["schedule"],
+        "lr": rate["peak"] if "lr" in config else rate["lr"],
+        "schedule": rate["schedule"],
         "bleu": results.get("test/bleu"),
         "bleu_lc": results.get("test/bleu_lc"),
         "chrf": results.get("test/chrf"),
@@ -186,7 +189,11 @@ def plot(path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global RECORD
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--record", type=Path, default=RECORD, help="the runs' records (default: %(default)s)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="train one configuration for a budget and record it")
     r.add_argument("minutes", type=float)
@@ -202,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("plot", help="BLEU against budget, one curve per shape")
     p.add_argument("path", type=Path)
     args = parser.parse_args(argv)
+    RECORD = args.record
     if args.command == "run":
         print(json.dumps(run(args.minutes, args.name, args.overrides), indent=1))
     elif args.command == "add":
