@@ -21,8 +21,9 @@ from omegaconf import DictConfig, OmegaConf
 from common.checkpoint_fields import inference_fields
 from training.attention_image import AttentionImage
 from training.budget import BudgetSettings
-from training.budget.fit import BudgetFit, BudgetTimer
+from training.budget.fit import BudgetFit
 from training.budget.forecast import TimeBudgetCheck, max_time_seconds
+from training.budget.timer import BudgetTimer
 from training.checkpoints import CheckpointPlan
 from training.ema import ExponentialMovingAverage
 from training.lr import RateOnValidation

@@ -19,7 +19,8 @@ from torch.utils.data import DataLoader
 
 from tests.training.test_module import _tiny, _toy_batch
 from training.budget import BudgetSettings
-from training.budget.fit import BudgetFit, BudgetTimer, validation_interval
+from training.budget.fit import BudgetFit, validation_interval
+from training.budget.timer import BudgetTimer
 from training.lr.shapes import schedule_factor
 from training.module import TranslationModule
 from training.stopping import early_stopping

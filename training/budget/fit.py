@@ -13,8 +13,8 @@ run's own limits end it (``trainer.max_steps``, ``trainer.max_epochs``: a budget
 would fit a decay the run never finishes). A run resumed with another budget (``trainer.max_time``)
 or another limit that bounds its forecast forecasts again, at the speed last measured, and the rate
 is fitted to the new end (:func:`training.lr.fitted.rejoin_schedule`). Once the time limit stops the
-run, no validation follows (Lightning would run one; :class:`BudgetTimer`): the best checkpoint and
-early stopping keep what the run validated.
+run, no validation follows (Lightning would run one; :class:`training.budget.timer.BudgetTimer`):
+the best checkpoint and early stopping keep what the run validated.
 
 Its state (the budget, the forecasts, the updates taken for the average) is saved in every
 checkpoint, the fitted rate in the learning rate's, and the averaged weights are files of their
@@ -31,11 +31,10 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-import torch
-from lightning.pytorch.callbacks import Callback, Timer
+from lightning.pytorch.callbacks import Callback
 
 from training.budget.forecast import PROBE_UPDATES, forecast, run_limit
-from training.budget.points import average_points, point_path, write_point
+from training.budget.points import average_points, legacy_sum, point_path, write_point
 from training.budget.settings import BudgetSettings
 from training.lr import LearningRate, RateSettings
 from training.lr.fitted import Fit, fit_schedule, rejoin_schedule
@@ -195,31 +194,13 @@ class BudgetFit(Callback):
         step = trainer.global_step + 1
         per_epoch = _updates_per_epoch(trainer)
         seconds = self._seconds_per_update(trainer.global_step) or self.said.get("seconds_per_update") or 0.0
-        name, warmup, floor = lr.schedule, lr.warmup_steps, lr.min_ratio
+        floor = lr.min_ratio
         val = (
             f"validation every {self.val_every} epoch(s), {self.val_seconds[-1]:.1f} s each"
             if self.val_seconds
             else f"validation counted at most {self.settings.validation_share:.0%} of the time"
         )
-        if fit.schedule is None:
-            schedule = (
-                f"{name} as configured (warmup {warmup}): the budget holds the ~{needed:,} updates it needs"
-            )
-        else:
-            first = fit.schedule.segments[0]
-            if fit.warmup > step:
-                warm = (
-                    f"warmup {fit.warmup} updates (lr.warmup_steps={warmup}, at most "
-                    f"{self.settings.warmup_fraction:.0%} of the forecast), "
-                )
-            elif len(fit.schedule.segments) > 1 and first.end_factor > current:
-                back = f"{first.end_factor:.3g}x by update {first.end:,}"
-                warm = f"from {current:.3g}x the peak back up to {back}, "
-            else:
-                warm = "warmup done, "  # (a refit's decay starts where the one before left off)
-            schedule = f"{warm}then {fit.shape} to {floor:g}x the peak at update {fit.schedule.end:,}" + (
-                "" if fit.holds else f" ({name} needs ~{needed:,})"
-            )
+        schedule = _schedule_phrase(fit, step, lr, needed, current, self.settings.warmup_fraction)
         if self.points:
             average = (
                 f"averaging the weights of updates {', '.join(f'{p:,}' for p in self.points)} (the last "
@@ -419,35 +400,28 @@ class BudgetFit(Callback):
             )
         summed = state_dict.get("summed")
         if summed and self.taken:  # a checkpoint from before the weights were files: their sum as one
-            self._legacy = _legacy_sum(summed, self.taken, self.ckpt_dir)
+            self._legacy = legacy_sum(summed, self.taken, self.ckpt_dir)
             self.taken = []
 
 
-def _legacy_sum(summed: dict[str, torch.Tensor], taken: list[int], ckpt_dir: Path) -> tuple[Path, float]:
-    """Writes the mean of an old checkpoint's summed weights as one file, standing for ``taken``."""
-    path = ckpt_dir / f"average-points-{taken[0]:08d}-{taken[-1]:08d}.ckpt"
-    mean = {f"model.{k}": (v / len(taken)).float() if v.is_floating_point() else v for k, v in summed.items()}
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    torch.save({"state_dict": mean, "global_step": taken[-1]}, path)
-    return path, float(len(taken))
-
-
-class BudgetTimer(Timer):
-    """Lightning's ``Timer`` for ``trainer.max_time``, after which no validation runs: Lightning
-    validates once more when the time limit stops a run mid-epoch, and nothing needs it (the best
-    checkpoint and early stopping keep what the run validated; the averaged weights are taken apart)."""
-
-    def _check_time_remaining(self, trainer: L.Trainer) -> None:
-        assert self._duration is not None
-        time_up = trainer.strategy.broadcast(self.time_elapsed() >= self._duration)
-        trainer.should_stop = trainer.should_stop or time_up
-        if time_up and trainer.limit_val_batches:
-            trainer.limit_val_batches = 0
-            logger.info(
-                "time limit reached after %d s at update %d: the run stops, with no validation after it",
-                int(self.time_elapsed()),
-                trainer.global_step,
-            )
+def _schedule_phrase(
+    fit: Fit, step: int, lr: RateSettings, needed: int, current: float, warmup_fraction: float
+) -> str:
+    """What the fit did to the schedule, in the words of its log line."""
+    name, warmup, floor = lr.schedule, lr.warmup_steps, lr.min_ratio
+    if fit.schedule is None:
+        return f"{name} as configured (warmup {warmup}): the budget holds the ~{needed:,} updates it needs"
+    first = fit.schedule.segments[0]
+    if fit.warmup > step:
+        share = f"at most {warmup_fraction:.0%} of the forecast"
+        warm = f"warmup {fit.warmup} updates (lr.warmup_steps={warmup}, {share}), "
+    elif len(fit.schedule.segments) > 1 and first.end_factor > current:
+        warm = f"from {current:.3g}x the peak back up to {first.end_factor:.3g}x by update {first.end:,}, "
+    else:
+        warm = "warmup done, "  # (a refit's decay starts where the one before left off)
+    return f"{warm}then {fit.shape} to {floor:g}x the peak at update {fit.schedule.end:,}" + (
+        "" if fit.holds else f" ({name} needs ~{needed:,})"
+    )
 
 
 def _updates_per_epoch(trainer: L.Trainer) -> int:
@@ -459,4 +433,4 @@ def _run_limit(trainer: L.Trainer) -> tuple[int, str] | None:
     return run_limit(trainer.max_steps, trainer.max_epochs, _updates_per_epoch(trainer))
 
 
-__all__ = ["BudgetFit", "BudgetTimer", "validation_interval"]
+__all__ = ["BudgetFit", "validation_interval"]

@@ -54,3 +54,12 @@ def write_point(model: nn.Module, ckpt_dir: Path, step: int) -> Path:
     with atomic_write(path) as f:
         torch.save({"state_dict": state, "global_step": step}, f)
     return path
+
+
+def legacy_sum(summed: dict[str, torch.Tensor], taken: list[int], ckpt_dir: Path) -> tuple[Path, float]:
+    """Writes the mean of an old checkpoint's summed weights as one file, standing for ``taken``."""
+    path = ckpt_dir / f"average-points-{taken[0]:08d}-{taken[-1]:08d}.ckpt"
+    mean = {f"model.{k}": (v / len(taken)).float() if v.is_floating_point() else v for k, v in summed.items()}
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    torch.save({"state_dict": mean, "global_step": taken[-1]}, path)
+    return path, float(len(taken))
