@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.harness import (  # noqa: E402
     MULTI30K_DIR,
+    ROOT,
     add_json_option,
     environment,
     print_config,
@@ -44,8 +45,6 @@ def _datamodule(data_dir: str | None, max_tokens: int):  # noqa: ANN202
     """The de->en recipe's ``TranslationDataModule`` at ``max_tokens``, composed as train.py does."""
     from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
-
-    from bench.harness import ROOT
 
     overrides = ["experiment=multi30k_de_en", f"data.max_tokens={max_tokens}"]
     if data_dir is not None:
@@ -80,45 +79,37 @@ def main() -> None:
 
     from training.config import model_group, plain
     from training.precision import choose_precision
-    from training.recipe.fit import TIMED_BATCHES, shape_keys, time_shape
+    from training.recipe.fit import TIMED_BATCHES, shape_keys, time_shape, with_shape
     from training.recipe.timing import time_updates
 
     precision = choose_precision("auto", "cpu").precision
     env = environment(args.threads)
     print_config("recipe_speed", {**env, "precision": precision, "batches": args.batches})
     data_dir = args.data_dir if Path(args.data_dir).is_dir() else None
-    rows, results = [], []
+    results = []
     for max_tokens in args.max_tokens:
         cfg, dm = _datamodule(data_dir, max_tokens)
         batches = list(islice(iter(dm.train_dataloader()), 1 + max(args.batches, TIMED_BATCHES)))
         base = {**plain(cfg.model), "src_vocab_size": dm.src_vocab_size, "tgt_vocab_size": dm.tgt_vocab_size}
         for shape in args.shapes:
-            model = {**base, **{k.split(".", 1)[1]: v for k, v in shape_keys(model_group(shape)).items()}}
-            fit = time_shape(model, batches[:TIMED_BATCHES], precision, "cpu")
-            first = time_updates(model, batches[: 1 + args.batches], precision)
-            second = time_updates(model, batches[: 1 + args.batches], precision)
-            result = {
-                "shape": shape,
-                "max_tokens": max_tokens,
-                "fit_s_per_update": fit.seconds_per_update,
-                "first_s_per_update": first.seconds_per_update,
-                "second_s_per_update": second.seconds_per_update,
-                "fit_tokens_per_s": fit.tokens_per_second,
-                "first_tokens_per_s": first.tokens_per_second,
-                "second_tokens_per_s": second.tokens_per_second,
-            }
-            results.append(result)
-            rows.append(
-                [
-                    shape,
-                    max_tokens,
-                    fit.seconds_per_update,
-                    first.seconds_per_update,
-                    second.seconds_per_update,
-                    fit.seconds_per_update / second.seconds_per_update,
-                    second.tokens_per_second,
-                ]
+            model = with_shape(base, shape_keys(model_group(shape)))
+            timings = {"fit": time_shape(model, batches[:TIMED_BATCHES], precision, "cpu")}
+            timings["first"] = time_updates(model, batches[: 1 + args.batches], precision)  # new shapes
+            timings["second"] = time_updates(model, batches[: 1 + args.batches], precision)  # seen ones
+            results.append(
+                {
+                    "shape": shape,
+                    "max_tokens": max_tokens,
+                    **{f"{name}_s_per_update": t.seconds_per_update for name, t in timings.items()},
+                    **{f"{name}_tokens_per_s": t.tokens_per_second for name, t in timings.items()},
+                }
             )
+    passes = ("fit", "first", "second")
+    rows = [
+        [r["shape"], r["max_tokens"], *(r[f"{p}_s_per_update"] for p in passes),
+         r["fit_s_per_update"] / r["second_s_per_update"], r["second_tokens_per_s"]]
+        for r in results
+    ]  # fmt: skip
     print_table(
         [
             "shape",

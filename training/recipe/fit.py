@@ -117,6 +117,11 @@ def shape_keys(model: dict[str, Any]) -> dict[str, Any]:
     return {key: model[key.split(".", 1)[1]] for key in SHAPE_KEYS}
 
 
+def with_shape(model: dict[str, Any], keys: dict[str, Any]) -> dict[str, Any]:
+    """``model`` (the run's model settings) with a candidate's shape keys (``model.d_model``, ...)."""
+    return {**model, **{key.split(".", 1)[1]: value for key, value in keys.items()}}
+
+
 def configured_shape(model: dict[str, Any], shapes: dict[str, dict[str, Any]]) -> str | None:
     """The name of the candidate whose shape keys ``model`` (the run's ``model`` config) has."""
     for name, keys in shapes.items():
@@ -170,9 +175,7 @@ def fit_recipe(
     # minutes where small as configured reached 0.8 BLEU more (BENCHMARKS.md, "The recipe fitted to
     # a budget").
     batches = list(islice(iter(loader), TIMED_BATCHES))
-    models = {
-        name: {**model, **{k.split(".", 1)[1]: v for k, v in keys.items()}} for name, keys in shapes.items()
-    }
+    models = {name: with_shape(model, keys) for name, keys in shapes.items()}
     start = clock()
     timings = time_candidates(
         models,
