@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.serve_load import rate_rows
 from tests.toy_text import toy_pairs
 from tests.translation.serve.helpers import require_serve, write_toy_checkpoint
 
@@ -39,4 +40,17 @@ def test_serve_load_prints_both_rates_and_equal_translations(tmp_path: Path) -> 
     assert "| server, 4 clients " in proc.stdout and "| translate.py (less start-up) " in proc.stdout
     assert "server: 5 requests in " in proc.stdout
     results = json.loads((tmp_path / "r.json").read_text())["results"]
-    assert results["equal_lines"] == 24 and results["ratio"] > 0
+    assert results["equal_lines"] == 24
+    decoding = results["translate_py_wall_s"] - results["translate_py_start_up_s"]
+    if decoding > 0:
+        assert results["ratio"] == pytest.approx(decoding / results["server_s"])
+    else:  # a toy's 24 lines can decode within the start-up's noise: said, and no ratio made up
+        assert results["ratio"] is None and "did not outlast its start-up's noise" in proc.stdout
+
+
+def test_rate_rows_give_no_rate_where_the_decoding_is_not_positive() -> None:
+    measured = rate_rows(wall=5.0, decoding=4.0, server=2.0, clients=4, lines=100)
+    assert [row[-1] for row in measured] == ["0.80", "1.00", "2.00"]
+    assert measured[1][2] == "25.0" and measured[2][2] == "50.0"
+    unmeasured = rate_rows(wall=3.0, decoding=-0.1, server=2.0, clients=4, lines=24)
+    assert [row[-1] for row in unmeasured] == ["-", "1.00", "-"] and unmeasured[1][2] == "-"
