@@ -27,7 +27,7 @@ from training.config import model_group, plain
 from training.recipe import rule
 from training.recipe.choice import Choice
 from training.recipe.forecast import Forecast, forecast
-from training.recipe.rule import ShapeMap, choose
+from training.recipe.rule import ShapeMap, cannot_win, choose
 from training.recipe.timing import Timing, time_updates
 
 logger = logging.getLogger(__name__)
@@ -77,6 +77,7 @@ def time_candidates(
     timer: Callable[[dict[str, Any]], Timing],
     allowed_s: float,
     clock: Callable[[], float] = time.perf_counter,
+    skip: Callable[[str, dict[str, Timing]], str | None] = lambda name, timings: None,
 ) -> dict[str, Timing]:
     """Each candidate's speed, in the order given, while the timing stays within ``allowed_s``
     (the first candidate is always timed: the run's own shape, where the command line fixed it).
@@ -87,11 +88,17 @@ def time_candidates(
             run's batches).
         allowed_s: the seconds the timing may take.
         clock: seconds, monotonic.
+        skip: given a later candidate's name and the timings so far, why it need not be timed
+            (:func:`training.recipe.rule.cannot_win`), or None.
     """
     start, timings = clock(), {}
     for name, model in shapes.items():
         if timings and clock() - start > allowed_s * len(timings) / len(shapes):
             logger.warning("recipe fit: timing %s would pass recipe.timing_share; not a candidate", name)
+            continue
+        reason = skip(name, timings) if timings else None
+        if reason is not None:
+            logger.info("recipe fit: %s", reason)
             continue
         timings[name] = timer(model)
     return timings
@@ -176,17 +183,22 @@ def fit_recipe(
     # a budget").
     batches = list(islice(iter(loader), TIMED_BATCHES))
     models = {name: with_shape(model, keys) for name, keys in shapes.items()}
-    start = clock()
+    start, used_map = clock(), rule.MAP if recipe_map is None else recipe_map
+    max_tokens = int(datamodule.settings.batches.max_tokens)
+
+    def held(timed: dict[str, Timing]) -> list[Forecast]:
+        train_s = max(budget_s - (clock() - start), 0.0) * (1.0 - validation_share)
+        return forecasts(timed, max_tokens, train_s, len(loader), max_epochs)
+
     timings = time_candidates(
         models,
         lambda m: time_shape(m, batches, precision, device),
         timing_share * budget_s,
         clock,
+        skip=lambda name, timed: cannot_win(name, held(timed), used_map),
     )
-    train_s = max(budget_s - (clock() - start), 0.0) * (1.0 - validation_share)
-    max_tokens = int(datamodule.settings.batches.max_tokens)
-    found = forecasts(timings, max_tokens, train_s, len(loader), max_epochs)
-    return choose(found, shapes, given, rule.MAP if recipe_map is None else recipe_map), found
+    found = held(timings)
+    return choose(found, shapes, given, used_map), found
 
 
 def fit_to_budget(

@@ -86,6 +86,29 @@ def settings_for(shape_map: ShapeMap, epochs: float) -> Regime:
     return shape_map.regimes[-1]
 
 
+def cannot_win(name: str, timed: list[Forecast], recipe_map: dict[str, ShapeMap]) -> str | None:
+    """Why candidate ``name`` need not be timed, or None where it might win.
+
+    The candidates are timed smallest first, so ``name`` trains no more epochs than the fastest
+    timed so far (``timed``): where its curve at those epochs is no higher than the best timed
+    candidate's forecast, it cannot be chosen, and timing it would only take from the budget.
+    """
+    scored = [
+        (predicted_bleu(recipe_map[f.shape].curve, f.epochs), f.shape) for f in timed if f.shape in recipe_map
+    ]
+    if name not in recipe_map or not scored:
+        return None
+    best, leader = max(scored)
+    most = max(f.epochs for f in timed)
+    ceiling = predicted_bleu(recipe_map[name].curve, most)
+    if ceiling > best:
+        return None
+    return (
+        f"{name} not timed: even at the {most:.1f} epochs of the fastest candidate the map gives it "
+        f"~{ceiling:.1f} BLEU, against {leader}'s ~{best:.1f}"
+    )
+
+
 def choose(
     forecasts: list[Forecast],
     shapes: dict[str, dict[str, Any]],
@@ -194,5 +217,18 @@ MAP: dict[str, ShapeMap] = {
             (32.6, 41.84),
         ),
         regimes=(Regime(float("inf"), 0.2, 4096, 1e-3, "inverse_sqrt", 600),),
+    ),
+    # d384, 4+4 layers (19.6M parameters): 6.27 in 5 minutes (0.74 epochs; Zen 3, 2,048 tokens, dropout
+    # 0, a197204); 41.32 in 65.6 (8,068 updates: 2 hours on the Zen 5, 2026-12-07, `python3 train.py
+    # experiment=multi30k_de_en trainer.max_time=00:02:00:00 recipe.fit=none model=medium
+    # model.dropout=0.3 lr.schedule=linear trainer.max_epochs=200` at f2ce210), its validation loss
+    # lowest at epoch 27 (1.505) and rising to 1.667 by 64 even at dropout 0.3: no better than small's
+    # 30 minutes at any budget measured, so not a default candidate (recipe.shapes).
+    "medium": ShapeMap(
+        curve=((0.74, 6.27), (65.6, 41.32)),
+        regimes=(
+            Regime(6.0, 0.0, 2048, 1e-3, "linear", 600),
+            Regime(float("inf"), 0.3, 4096, 1e-3, "linear", 600),
+        ),
     ),
 }
