@@ -107,6 +107,11 @@ def test_a_later_candidate_that_cannot_win_even_at_the_fastest_ones_epochs_is_no
     skip_long = lambda name, timings: cannot_win(name, long, TOY_MAP)  # noqa: E731
     assert list(recipe_fit.time_candidates(models, timer, 100.0, skip=skip_long)) == ["tiny", "compact"]
     assert timed == [1, 1, 2]
+    shapes = {name: {key.split(".", 1)[1]: model_group(name)[key.split(".", 1)[1]] for key in SHAPE_KEYS}
+              for name in ("compact", "small")}  # fmt: skip
+    timing = {"compact": Timing(0.1, 1.0, 3)}
+    assert recipe_fit.no_faster(shapes["small"], timing, shapes)  # listed after compact: may be skipped
+    assert not recipe_fit.no_faster(shapes["compact"], {"small": timing["compact"]}, shapes)  # always timed
 
 
 @pytest.fixture(scope="module")

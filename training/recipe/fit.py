@@ -96,12 +96,20 @@ def time_candidates(
         if timings and clock() - start > allowed_s * len(timings) / len(shapes):
             logger.warning("recipe fit: timing %s would pass recipe.timing_share; not a candidate", name)
             continue
-        reason = skip(name, timings) if timings else None
+        reason = skip(name, timings) if timings else None  # the first is always timed
         if reason is not None:
             logger.info("recipe fit: %s", reason)
             continue
         timings[name] = timer(model)
     return timings
+
+
+def no_faster(model: dict[str, Any], timed: dict[str, Timing], models: dict[str, dict[str, Any]]) -> bool:
+    """Whether ``model`` is at least as large as every timed candidate in each shape key (width,
+    depth, feed-forward size): then it trains no more epochs than the fastest of them, which is what
+    :func:`training.recipe.rule.cannot_win` reads; a smaller one listed later is always timed."""
+    keys = [key.split(".", 1)[1] for key in SHAPE_KEYS]
+    return all(model[key] >= models[name][key] for name in timed for key in keys)
 
 
 def forecasts(
@@ -195,7 +203,9 @@ def fit_recipe(
         lambda m: time_shape(m, batches, precision, device),
         timing_share * budget_s,
         clock,
-        skip=lambda name, timed: cannot_win(name, held(timed), used_map),
+        skip=lambda name, timed: (
+            cannot_win(name, held(timed), used_map) if no_faster(models[name], timed, models) else None
+        ),
     )
     found = held(timings)
     return choose(found, shapes, given, used_map), found
