@@ -248,17 +248,23 @@ class TranslationDataModule(L.LightningDataModule):
         return trainer.world_size, trainer.global_rank
 
     def batch_sampler(
-        self, split: str, num_replicas: int = 1, rank: int = 0, buckets: bool = True
+        self,
+        split: str,
+        num_replicas: int = 1,
+        rank: int = 0,
+        buckets: bool = True,
+        max_tokens: int | None = None,
     ) -> TokenBucketBatchSampler:
         """A fresh sampler over ``split``: shuffled for ``train``, fixed order otherwise; training's
-        cut by ``length_buckets`` unless ``buckets`` is False (validation and test never are)."""
+        cut by ``length_buckets`` unless ``buckets`` is False (validation and test never are), at
+        ``max_tokens`` padded tokens a batch (None: the settings' budget for ``split``)."""
         assert self.tokenized is not None, "call setup() first"
         src_len, tgt_len = self.lengths[split]
         train, batches = split == "train", self.settings.batches
         return TokenBucketBatchSampler(
             src_len,
             tgt_len,
-            max_tokens=batches.budget(split),
+            max_tokens=batches.budget(split) if max_tokens is None else max_tokens,
             shuffle=train,
             seed=batches.seed,
             num_replicas=num_replicas,
@@ -284,7 +290,7 @@ class TranslationDataModule(L.LightningDataModule):
         collate, batches = collate_columns, self.settings.batches
         if split == "train" and batches.length_buckets is not None:  # a partial: picklable for workers
             collate = functools.partial(
-                collate_columns, length_buckets=batches.length_buckets, max_tokens=batches.max_tokens
+                collate_columns, length_buckets=batches.length_buckets, max_tokens=sampler.max_tokens
             )
         kwargs = {
             "batch_sampler": sampler,
@@ -311,6 +317,12 @@ class TranslationDataModule(L.LightningDataModule):
             self._pending_train_state = None
         self._train_sampler = sampler
         return self._loader("train", sampler)
+
+    def train_loader_at(self, max_tokens: int) -> DataLoader:
+        """The training batches as ``data.max_tokens=max_tokens`` would cut them (this rank's share,
+        the same shuffle), for timing a batch size the run may choose; the run's own loader and its
+        resumption state are untouched."""
+        return self._loader("train", self.batch_sampler("train", *self._world(), max_tokens=max_tokens))
 
     def val_dataloader(self) -> DataLoader | list[DataLoader]:
         """Validation batches in a fixed order (sorted by length), split across ranks: one loader

@@ -226,6 +226,23 @@ def _by_epoch(seen: list[tuple[int, list[int]]]) -> dict[int, list[list[int]]]:
 @pytest.mark.filterwarnings("ignore:.*but have no `validation_step`")
 @pytest.mark.filterwarnings("ignore:Be aware that when using `ckpt_path`")
 @pytest.mark.filterwarnings("error:.*not resumable")
+def test_training_batches_at_another_size_leave_the_runs_own_untouched(
+    tiny_corpus_dir: Path, tmp_path: Path
+) -> None:
+    """train_loader_at cuts the whole training set at the size asked (what the recipe fit times a
+    candidate on), and the run's own batches and their epoch count stay those of data.max_tokens."""
+    dm = _datamodule(tiny_corpus_dir, tmp_path)
+    dm.prepare_data()
+    dm.setup("fit")
+    own = _ids(dm.train_dataloader())
+    for size in (100, 600):
+        other = list(dm.train_loader_at(size))
+        assert sorted(i for b in other for i in b["ids"].tolist()) == list(range(400))
+        assert all(b["src"].shape[0] * max(b["src"].shape[1], b["tgt_in"].shape[1]) <= size for b in other)
+    assert len(dm.train_loader_at(100)) > len(own) > len(dm.train_loader_at(600))
+    assert _ids(dm.train_dataloader()) == own and dm.settings.batches.max_tokens == 300
+
+
 def test_trainer_epochs_reshuffle_and_resume_mid_epoch(tiny_corpus_dir: Path, tmp_path: Path) -> None:
     reference = _Recorder()
     _trainer(tmp_path, max_epochs=2).fit(reference, datamodule=_datamodule(tiny_corpus_dir, tmp_path))

@@ -94,19 +94,18 @@ def test_a_later_candidate_that_cannot_win_even_at_the_fastest_ones_epochs_is_no
     assert cannot_win("off_the_map", short, TOY_MAP) is None
     timed = []
 
-    def timer(model):  # noqa: ANN001
-        timed.append(model["d_model"])
+    def timer(name):  # noqa: ANN001
+        timed.append(name)
         return Timing(0.1, 1.0, 3)
 
-    models = {"tiny": {"d_model": 1}, "compact": {"d_model": 2}}
+    names = ["tiny", "compact"]
     skip_short = lambda name, timings: cannot_win(name, short, TOY_MAP)  # noqa: E731
-    assert list(recipe_fit.time_candidates(models, timer, 100.0, skip=skip_short)) == ["tiny"] and timed == [
-        1
-    ]
+    assert list(recipe_fit.time_candidates(names, timer, 100.0, skip=skip_short)) == ["tiny"]
+    assert timed == ["tiny"]
     long = [Forecast("tiny", 4096, 0.1, 4800, 48.0)]
     skip_long = lambda name, timings: cannot_win(name, long, TOY_MAP)  # noqa: E731
-    assert list(recipe_fit.time_candidates(models, timer, 100.0, skip=skip_long)) == ["tiny", "compact"]
-    assert timed == [1, 1, 2]
+    assert list(recipe_fit.time_candidates(names, timer, 100.0, skip=skip_long)) == names
+    assert timed == ["tiny", "tiny", "compact"]
     shapes = {name: {key.split(".", 1)[1]: model_group(name)[key.split(".", 1)[1]] for key in SHAPE_KEYS}
               for name in ("compact", "small")}  # fmt: skip
     timing = {"compact": Timing(0.1, 1.0, 3)}
@@ -255,13 +254,14 @@ def test_no_candidate_is_forecast_more_epochs_than_trainer_max_epochs():
 
 
 class _GpuData:
-    """What the fit reads of a run's data: 120 batches an epoch at 4,096 tokens."""
+    """What the fit reads of a run's data: 120 batches an epoch at 4,096 tokens, as many tokens at
+    any other size; each batch stands for its size (``max_tokens``)."""
 
     src_vocab_size = tgt_vocab_size = 64
     settings = SimpleNamespace(batches=SimpleNamespace(max_tokens=4096))
 
-    def train_dataloader(self) -> list[int]:
-        return list(range(120))
+    def train_loader_at(self, max_tokens: int) -> list[int]:
+        return [max_tokens] * (120 * 4096 // max_tokens)
 
 
 @pytest.mark.parametrize(
@@ -287,8 +287,8 @@ def test_the_gpu_experiment_fits_the_recipe_by_the_same_rule_at_the_gpus_speed(
     devices = []
 
     def timer(model, batches, precision, device, warmup=1):  # noqa: ANN001
-        devices.append(device)
-        return Timing(seconds[names[model["d_model"]]], 1.0, len(batches) - 1)
+        devices.append(device)  # the same tokens a second at every batch size
+        return Timing(seconds[names[model["d_model"]]] * batches[0] / 4096, 1.0, len(batches) - 1)
 
     monkeypatch.setattr(recipe_fit, "time_updates", timer)
     with caplog.at_level(logging.INFO, logger="training.recipe.fit"):
@@ -330,3 +330,58 @@ def test_time_updates_times_the_updates_after_its_warmup():
     for warmup in (0, 3):
         with pytest.raises(ValueError, match=f"3 batches leave none to time after warmup={warmup}"):
             time_updates(model, batches, warmup=warmup)
+
+
+class _SizedData:
+    """A run's data at 4,096-token batches: 100 an epoch, as many tokens at any other size; each
+    batch stands for its size."""
+
+    settings = SimpleNamespace(batches=SimpleNamespace(max_tokens=4096))
+
+    def __init__(self) -> None:
+        self.cut: list[int] = []
+
+    def train_loader_at(self, max_tokens: int) -> list[int]:
+        self.cut.append(max_tokens)
+        return [max_tokens] * (100 * 4096 // max_tokens)
+
+
+@pytest.mark.parametrize(
+    ("given", "timed", "epochs", "chosen"),
+    [
+        # one: all its regimes train at 1,024 tokens, timed there only; at twice 4,096's seconds per
+        # token it gets half the epochs (10 s at 0.1 s per 4,096 tokens would be 100 updates, 1 epoch):
+        # ~15 BLEU by its curve. two: timed at the run's 4,096 first (1 epoch: its regime below 3
+        # epochs trains at 2,048), then at 2,048, as fast per token: ~20, chosen.
+        (frozenset(), [("one", 1024), ("two", 4096), ("two", 2048)], {"one": 0.5, "two": 1.0}, "two"),
+        # data.max_tokens given: every candidate is timed at the run's batch size, once; read there,
+        # one's 1 epoch gives ~30.
+        (frozenset({"data.max_tokens"}), [("one", 4096), ("two", 4096)], {"one": 1.0, "two": 1.0}, "one"),
+    ],
+)
+def test_each_candidate_is_timed_at_the_batch_size_it_would_train_at(
+    monkeypatch, given, timed, epochs, chosen
+):
+    """The forecast of a candidate is its speed at its regime's batch size: compact's 1,024-token
+    batches train fewer tokens a second than the run's 4,096, and read at 4,096 its epochs were
+    over-counted (a Zen 5's 5 minutes: 7.8 forecast, 6.4 trained)."""
+    one = (Regime(float("inf"), 0.1, 1024, 2e-3, "linear", 10),)
+    two = (Regime(3.0, 0.0, 2048, 1e-3, "linear", 10), Regime(float("inf"), 0.2, 4096, 1e-3, "linear", 10))
+    recipe_map = {"one": ShapeMap(((1.0, 30.0),), one), "two": ShapeMap(((1.0, 20.0),), two)}
+    # two the smaller (timed whatever one's forecast); seconds per 4,096 tokens by batch size
+    shapes = {name: {key: size for key in SHAPE_KEYS} for name, size in (("one", 2), ("two", 1))}
+    per_token, seen = {1024: 2.0, 2048: 1.0, 4096: 1.0}, []
+
+    def timer(model, batches, precision, device, warmup=1):  # noqa: ANN001
+        seen.append(("one" if model["d_model"] == 2 else "two", batches[0]))
+        return Timing(0.1 * per_token[batches[0]] * batches[0] / 4096, 1.0, len(batches) - 1)
+
+    monkeypatch.setattr(recipe_fit, "time_updates", timer)
+    data, model = _SizedData(), {"src_vocab_size": 8, "tgt_vocab_size": 8}
+    choice, found = recipe_fit.fit_recipe(
+        model, shapes, data, "32-true", "cpu", 10.0, 1.0, 0.0, given, recipe_map, clock=lambda: 0.0
+    )
+    assert seen == timed and sorted(set(data.cut)) == sorted({size for _, size in timed})
+    assert {f.shape: f.epochs for f in found} == pytest.approx(epochs)
+    assert {f.shape: f.max_tokens for f in found} == dict(timed)
+    assert choice.shape == chosen

@@ -27,7 +27,7 @@ from training.config import model_group, plain
 from training.recipe import rule
 from training.recipe.choice import Choice
 from training.recipe.forecast import Forecast, forecast
-from training.recipe.rule import ShapeMap, cannot_win, choose
+from training.recipe.rule import ShapeMap, cannot_win, choose, settings_for
 from training.recipe.timing import Timing, time_updates
 
 logger = logging.getLogger(__name__)
@@ -66,6 +66,29 @@ def given_keys(overrides: list[str]) -> frozenset[str]:
     return frozenset(given)
 
 
+class BatchesAt:
+    """The run's first training batches, and the batches an epoch holds, as each batch size would
+    cut them (``datamodule.train_loader_at``), each cut once."""
+
+    def __init__(self, datamodule: Any) -> None:
+        self._datamodule = datamodule
+        self._cut: dict[int, tuple[list[Any], int]] = {}
+
+    def _at(self, max_tokens: int) -> tuple[list[Any], int]:
+        if max_tokens not in self._cut:
+            loader = self._datamodule.train_loader_at(max_tokens)
+            self._cut[max_tokens] = (list(islice(iter(loader), TIMED_BATCHES)), len(loader))
+        return self._cut[max_tokens]
+
+    def first(self, max_tokens: int) -> list[Any]:
+        """The first ``TIMED_BATCHES`` training batches at ``max_tokens``."""
+        return self._at(max_tokens)[0]
+
+    def per_epoch(self, max_tokens: int) -> int:
+        """The training set's batches at ``max_tokens``."""
+        return self._at(max_tokens)[1]
+
+
 def time_shape(model: dict[str, Any], batches: list[Any], precision: str, device: str) -> Timing:
     """One candidate's speed as the fit reads it: ``batches`` (``TIMED_BATCHES`` of the run's) twice
     over, the second pass timed (:func:`training.recipe.timing.time_updates`)."""
@@ -73,8 +96,8 @@ def time_shape(model: dict[str, Any], batches: list[Any], precision: str, device
 
 
 def time_candidates(
-    shapes: dict[str, dict[str, Any]],
-    timer: Callable[[dict[str, Any]], Timing],
+    names: list[str],
+    timer: Callable[[str], Timing],
     allowed_s: float,
     clock: Callable[[], float] = time.perf_counter,
     skip: Callable[[str, dict[str, Timing]], str | None] = lambda name, timings: None,
@@ -83,24 +106,24 @@ def time_candidates(
     (the first candidate is always timed: the run's own shape, where the command line fixed it).
 
     Args:
-        shapes: candidate name -> its model settings (vocabulary sizes included).
-        timer: times updates of one candidate (:func:`training.recipe.timing.time_updates` on the
-            run's batches).
+        names: the candidates' names.
+        timer: times updates of one candidate, given its name (:func:`training.recipe.timing.time_updates`
+            on the run's batches).
         allowed_s: the seconds the timing may take.
         clock: seconds, monotonic.
         skip: given a later candidate's name and the timings so far, why it need not be timed
             (:func:`training.recipe.rule.cannot_win`), or None.
     """
     start, timings = clock(), {}
-    for name, model in shapes.items():
-        if timings and clock() - start > allowed_s * len(timings) / len(shapes):
+    for name in names:
+        if timings and clock() - start > allowed_s * len(timings) / len(names):
             logger.warning("recipe fit: timing %s would pass recipe.timing_share; not a candidate", name)
             continue
         reason = skip(name, timings) if timings else None  # the first is always timed
         if reason is not None:
             logger.info("recipe fit: %s", reason)
             continue
-        timings[name] = timer(model)
+        timings[name] = timer(name)
     return timings
 
 
@@ -114,17 +137,27 @@ def no_faster(model: dict[str, Any], timed: dict[str, Timing], models: dict[str,
 
 def forecasts(
     timings: dict[str, Timing],
-    max_tokens: int,
+    sizes: dict[str, tuple[int, int]],
     train_seconds: float,
-    updates_per_epoch: int,
     max_epochs: int | None = None,
 ) -> list[Forecast]:
-    """What ``train_seconds`` hold for each timed shape at the batch size it was timed at, up to
+    """What ``train_seconds`` hold for each timed shape at the batch size it was timed at
+    (``sizes``: name -> its ``data.max_tokens`` and the training set's batches at it), up to
     ``max_epochs`` (``trainer.max_epochs``; None: no limit)."""
     return [
-        forecast(name, max_tokens, t.seconds_per_update, train_seconds, updates_per_epoch, max_epochs)
+        forecast(name, sizes[name][0], t.seconds_per_update, train_seconds, sizes[name][1], max_epochs)
         for name, t in timings.items()
     ]
+
+
+def first_size(shape_map: ShapeMap | None, run_tokens: int, given: frozenset[str]) -> int:
+    """The batch size to time a candidate at first: the one its map's regimes all train at, or the
+    run's (``data.max_tokens`` given on the command line, a shape off the map, or regimes that differ:
+    :func:`fit_recipe` then times it again at its regime's, where that is another)."""
+    if shape_map is None or "data.max_tokens" in given:
+        return run_tokens
+    sizes = {regime.max_tokens for regime in shape_map.regimes}
+    return sizes.pop() if len(sizes) == 1 else run_tokens
 
 
 def shape_keys(model: dict[str, Any]) -> dict[str, Any]:
@@ -183,24 +216,38 @@ def fit_recipe(
                 "recipe.fit=budget: the command line's model is none of recipe.shapes, whose map the rule "
                 "reads: choose one of them (model=NAME), or set recipe.fit=none"
             )
-    loader = datamodule.train_dataloader()
     # A pass over them warms up (allocations, the heap, kernel choice for each shape), the median of
     # a second pass is the speed: the median of three after one warm-up update read a Zen 5's bf16
     # speed 1.56-1.72x too slow at 4,096 tokens (bench/recipe_speed.py), and chose compact at 20
     # minutes where small as configured reached 0.8 BLEU more (BENCHMARKS.md, "The recipe fitted to
-    # a budget").
-    batches = list(islice(iter(loader), TIMED_BATCHES))
+    # a budget"). Each candidate is timed at the batch size it would train at: compact's 1,024-token
+    # batches train fewer tokens a second than 4,096-token ones, and timed at the run's 4,096 a Zen 5's
+    # 5 minutes were forecast 7.8 epochs of it where the run trained 6.4.
+    batches = BatchesAt(datamodule)
     models = {name: with_shape(model, keys) for name, keys in shapes.items()}
     start, used_map = clock(), rule.MAP if recipe_map is None else recipe_map
-    max_tokens = int(datamodule.settings.batches.max_tokens)
+    run_tokens = int(datamodule.settings.batches.max_tokens)
+    sizes: dict[str, tuple[int, int]] = {}  # name -> its batch size, and the batches an epoch at it
 
     def held(timed: dict[str, Timing]) -> list[Forecast]:
         train_s = max(budget_s - (clock() - start), 0.0) * (1.0 - validation_share)
-        return forecasts(timed, max_tokens, train_s, len(loader), max_epochs)
+        return forecasts(timed, sizes, train_s, max_epochs)
+
+    def time_at(name: str, max_tokens: int) -> Timing:
+        timed, sizes[name] = batches.first(max_tokens), (max_tokens, batches.per_epoch(max_tokens))
+        return time_shape(models[name], timed, precision, device)
+
+    def timer(name: str) -> Timing:
+        size = first_size(used_map.get(name), run_tokens, given)
+        timing = time_at(name, size)
+        if name in used_map and "data.max_tokens" not in given:  # its regime's size, where another
+            wanted = settings_for(used_map[name], held({name: timing})[0].epochs).max_tokens
+            timing = timing if wanted == size else time_at(name, wanted)
+        return timing
 
     timings = time_candidates(
-        models,
-        lambda m: time_shape(m, batches, precision, device),
+        list(models),
+        timer,
         timing_share * budget_s,
         clock,
         skip=lambda name, timed: (
@@ -234,7 +281,8 @@ def fit_to_budget(
 def describe(choice: Choice, forecast_list: list[Forecast]) -> str:
     """The log line: what each candidate would get, what was chosen and why."""
     held = "; ".join(
-        f"{f.shape}: {f.seconds_per_update:.2f} s per update, ~{f.updates:,} updates ({f.epochs:.1f} epochs"
+        f"{f.shape}: {f.seconds_per_update:.2f} s per {f.max_tokens:,}-token update, ~{f.updates:,} updates "
+        f"({f.epochs:.1f} epochs"
         + ("" if f.ended_by == "trainer.max_time" else f": {f.ended_by} ends it before the budget")
         + ")"
         for f in forecast_list

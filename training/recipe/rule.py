@@ -118,7 +118,7 @@ def choose(
     """The recipe for the forecasts of the timed shapes.
 
     Args:
-        forecasts: what the budget holds for each timed shape (at the run's batch size).
+        forecasts: what the budget holds for each timed shape (at the batch size it was timed at).
         shapes: each shape's model keys (``model.d_model``, ...), from its ``conf/model`` file.
         given: the keys the command line set, which stay.
         recipe_map: the map (:data:`MAP`, or a test's).
@@ -160,6 +160,7 @@ def choose(
     held = [
         {
             "shape": f.shape,
+            "max_tokens": f.max_tokens,
             "seconds_per_update": f.seconds_per_update,
             "updates": f.updates,
             "epochs": f.epochs,

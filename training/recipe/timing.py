@@ -5,9 +5,9 @@ does (``fastpaths.optimize``), and runs real updates (forward, backward, the run
 batches, in the run's precision; the first ``warmup`` are not timed. The fit runs its batches twice
 and times the second pass: a fresh module's first updates grow the heap and choose kernels for each
 new shape, which a run pays once, and one warm-up update read a Zen 5's bf16 speed 1.56-1.72x too
-slow (``bench/recipe_speed.py``). It answers seconds per update at the batches' size; a candidate's
-speed at another batch size is taken in tokens per second, which moves within ~25% between 1,024
-and 4,096 tokens (the same benchmark).
+slow (``bench/recipe_speed.py``). It answers seconds per update at the batches' size, so the fit
+times each candidate on batches of the size it would train at (:mod:`training.recipe.fit`): tokens
+per second move by ~25% between 1,024 and 4,096 tokens (the same benchmark).
 """
 
 from __future__ import annotations
