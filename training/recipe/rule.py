@@ -186,14 +186,17 @@ MAP: dict[str, ShapeMap] = {
     # the next best: dropout 0 against 0.1, 29.37 against 27.94 (2,048 tokens, peak 1e-3); peak 2e-3
     # against 1e-3, 34.76 against 29.37 (4e-3: 34.52, no better); 1,024 tokens against 2,048, 36.07
     # against 34.76 (at 1e-3: 33.04 against 29.37). Dropout changes at 6 epochs, where dropout 0's
-    # validation loss turned (0.1 from 5 to 11 epochs and 0.2 are not measured). The Zen 5: 38.55 in
-    # 6.47 epochs (5 minutes) and 40.77 in 24.0 (20), its validation loss lowest at epoch 15 and
-    # rising after (1.634 to 1.682): past ~15 epochs dropout 0.1 overfits it.
+    # validation loss turned (0.1 from 5 to 11 epochs is not measured). The Zen 5: 39.03 in 6.65
+    # epochs (5 minutes, 2026-12-07, 55f1520); at 20 minutes 40.77 in 24.0 with dropout 0.1 (57c3919),
+    # its validation loss lowest at epoch 15 and rising after (1.634 to 1.682), and 41.24 in 26.5 with
+    # 0.2 (2026-12-07, df90136, `trainer.max_time=00:20:00 model=compact model.dropout=0.2`), its
+    # validation loss still falling at 25 (1.555): dropout 0.2 from 15 epochs, where 0.1's turned.
     "compact": ShapeMap(
-        curve=((3.0, 36.07), (5.29, 38.38), (6.47, 38.55), (11.5, 40.47), (17.2, 40.54), (24.0, 40.77)),
+        curve=((3.0, 36.07), (5.29, 38.38), (6.65, 39.03), (11.5, 40.47), (17.2, 40.54), (26.5, 41.24)),
         regimes=(
             Regime(6.0, 0.0, 1024, 2e-3, "linear", 600),
-            Regime(float("inf"), 0.1, 1024, 2e-3, "linear", 600),
+            Regime(15.0, 0.1, 1024, 2e-3, "linear", 600),
+            Regime(float("inf"), 0.2, 1024, 2e-3, "linear", 600),
         ),
     ),
     # d256, 3+3 layers: the recipe as tuned for ~4,000 updates (dropout 0.2, 4,096 tokens, peak 1e-3,
@@ -220,13 +223,14 @@ MAP: dict[str, ShapeMap] = {
         regimes=(Regime(float("inf"), 0.2, 4096, 1e-3, "inverse_sqrt", 600),),
     ),
     # d384, 4+4 layers (19.6M parameters): 6.27 in 5 minutes (0.74 epochs; Zen 3, 2,048 tokens, dropout
-    # 0, a197204); 41.32 in 65.6 (8,068 updates: 2 hours on the Zen 5, 2026-12-07, `python3 train.py
-    # experiment=multi30k_de_en trainer.max_time=00:02:00:00 recipe.fit=none model=medium
-    # model.dropout=0.3 lr.schedule=linear trainer.max_epochs=200` at f2ce210), its validation loss
-    # lowest at epoch 27 (1.505) and rising to 1.667 by 64 even at dropout 0.3: no better than small's
-    # 30 minutes at any budget measured, so not a default candidate (recipe.shapes).
+    # 0, a197204); on the Zen 5, 2026-12-07, `python3 train.py experiment=multi30k_de_en recipe.fit=none
+    # model=medium model.dropout=0.3 lr.schedule=linear`: 38.93 in 16.6 (30 minutes, df90136, against
+    # small's 41.45) and 41.32 in 65.6 (8,068 updates, with trainer.max_time=00:02:00:00
+    # trainer.max_epochs=200, f2ce210), its validation loss lowest at epoch 27 (1.505) and rising to
+    # 1.667 by 64 even at dropout 0.3: no better than small's 30 minutes at any budget measured, so not
+    # a default candidate (recipe.shapes).
     "medium": ShapeMap(
-        curve=((0.74, 6.27), (65.6, 41.32)),
+        curve=((0.74, 6.27), (16.6, 38.93), (65.6, 41.32)),
         regimes=(
             Regime(6.0, 0.0, 2048, 1e-3, "linear", 600),
             Regime(float("inf"), 0.3, 4096, 1e-3, "linear", 600),
