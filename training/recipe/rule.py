@@ -189,7 +189,7 @@ MAP: dict[str, ShapeMap] = {
     # validation loss turned (0.1 from 5 to 11 epochs is not measured). The Zen 5: 39.03 in 6.65
     # epochs (5 minutes, 2026-12-07, 55f1520); at 20 minutes 40.77 in 24.0 with dropout 0.1 (57c3919),
     # its validation loss lowest at epoch 15 and rising after (1.634 to 1.682), and 41.24 in 26.6 with
-    # 0.2 (2026-12-07, df90136, `trainer.max_time=00:20:00 model=compact model.dropout=0.2`), its
+    # 0.2 (2026-12-07, df90136, `trainer.max_time=00:00:20:00 model=compact model.dropout=0.2`), its
     # validation loss still falling at 25 (1.555): dropout 0.2 from 15 epochs, where 0.1's turned.
     "compact": ShapeMap(
         curve=((3.0, 36.07), (5.29, 38.38), (6.65, 39.03), (11.5, 40.47), (17.2, 40.54), (26.6, 41.24)),
