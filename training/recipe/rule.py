@@ -209,7 +209,10 @@ MAP: dict[str, ShapeMap] = {
     # At 5 minutes it loses to compact at equal settings (2,048 tokens, dropout 0.1, peak 1e-3): 17.78
     # in 1.48 epochs against 27.94 in 3.0. The Zen 5 of 2026-12-06: 41.54 in 23.0 epochs (20 minutes;
     # compact there, 24.0 epochs: 40.77), and 41.45 in 33.0 (30 minutes, early stopping: the same
-    # run, validation identical to epoch 22; 41.84 in 32.6 the repeat on another host).
+    # run, validation identical to epoch 22; 41.84 in 32.6 the repeat on another host). Not better at
+    # 30 minutes (2026-12-07, 1efce37): dropout 0.3, 40.78 in 33.9 (validation loss lower, 1.497 against
+    # 1.51); subword regularisation (data.spm_sampling_alpha=0.1 data.spm_sampling_nbest=64), 41.00 in
+    # 27.4 (a tenth more pieces a batch: fewer epochs, its validation loss still falling, 1.581).
     "small": ShapeMap(
         curve=(
             (1.56, 6.08),
