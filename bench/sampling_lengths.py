@@ -3,9 +3,9 @@
 ``data.spm_sampling_alpha`` and ``data.spm_sampling_nbest`` (conf/data/multi30k.yaml) segment each
 training batch afresh by SentencePiece's sampling (:mod:`data.sampling`). A sampled segmentation is
 mostly longer than the best one, and a batch is planned from the best's lengths, so the ratio
-printed here is what each update's tokens (and time) grow by, and the epochs a budget holds shrink
-by. The text is the training split's first ``--lines`` pairs, both sides, encoded with the same
-project tokenizer as a run (``SubwordTokenizer.sample_encode``, seeded).
+printed here is what each batch's tokens grow by beyond ``data.max_tokens``. The text is the
+training split's first ``--lines`` pairs, both sides, encoded with the project's tokenizer as a run
+encodes it (``SubwordTokenizer.sample_encode``, seeded).
 
 Usage:
     python3 bench/sampling_lengths.py                       # the newest Multi30k run's model
