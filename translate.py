@@ -43,7 +43,7 @@ from translation.pipeline import TranslationRun
 from translation.scoring import score_input
 from translation.shards import ShardError
 from translation.translator import Translator
-from translation.usage import UsageError, parse_args, search_options
+from translation.usage import UsageError, checkpoint_search, parse_args, search_options
 from translation.workers import WorkerPool
 
 __all__ = ["main", "parse_args", "search_options", "worker_pool"]
@@ -104,6 +104,8 @@ def run(args: argparse.Namespace) -> None:
     for option in ("input", "references", "score_references", "prefix"):
         check_readable(f"--{option.replace('_', '-')}", getattr(args, option))
     translator = load_translator(args)
+    # The search options not given take the checkpoint's settings (its test stage's).
+    args.decoding = checkpoint_search(args, translator.search_settings)
     if args.score_references:
         score_input(args, translator)
         return

@@ -29,6 +29,7 @@ from fastpaths.packed import PackedLinear
 from tests.toy_text import LEXICON, toy_pairs, train_word_spm, translate_words
 from transformer import Transformer, TransformerConfig
 from translation.checkpoint import write_checkpoint
+from translation.options import CHECKPOINT_SEARCH
 from translation.translator import DEFAULT_MAX_TOKENS, SearchOptions, Translator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -480,22 +481,20 @@ def test_bad_options_are_argparse_errors(
 def test_search_defaults_are_the_search_options_and_help_shows_them(capsys: pytest.CaptureFixture) -> None:
     args = translate.parse_args(["--checkpoint", "unused.ckpt"])
     defaults = SearchOptions()
-    parsed = SearchOptions(
-        beam_size=args.beam_size,
-        alpha=args.length_penalty,
-        max_len_a=args.max_len_a,
-        max_len_b=args.max_len_b,
-        nbest=args.nbest,
-        greedy=args.greedy,
-    )
-    assert parsed == defaults
+    # Not given: None, which the checkpoint's settings fill once it is read; the project's before.
+    assert all(getattr(args, option) is None for option in CHECKPOINT_SEARCH.values())
+    assert translate.search_options(args) == defaults == args.decoding
     assert args.max_tokens is None  # the device's budget (decoding.budget)
     with pytest.raises(SystemExit):
         translate.main(["--help"])
     shown = " ".join(capsys.readouterr().out.split())  # argparse wraps the help text
     assert f"(default: {DEFAULT_MAX_TOKENS} on the CPU, {ACCELERATOR_TOKENS} on a GPU)" in shown
-    for value in (defaults.beam_size, defaults.nbest, defaults.alpha, defaults.max_len_a, defaults.max_len_b):
-        assert f"(default: {value}" in shown
+    assert f"(default: {defaults.nbest})" in shown
+    for field in CHECKPOINT_SEARCH:
+        value = getattr(defaults, field)
+        assert (
+            f"default: the checkpoint's, as its test stage searched; {value} where it does not say" in shown
+        )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")

@@ -8,7 +8,9 @@ A checkpoint is a Lightning-style dict written with ``torch.save`` and read back
   (a loss module's buffers, ...) are ignored by inference. A run with ``ema.decay`` stores the
   exponential moving average of its weights here, which is what it validated with and what a
   translator gets (its training weights, for resuming, are under ``"ema"``: training/ema.py).
-* ``"hyper_parameters"``: plain containers; ``["model"]`` is ``TransformerConfig.to_dict()``.
+* ``"hyper_parameters"``: plain containers; ``["model"]`` is ``TransformerConfig.to_dict()``;
+  ``["decoding"]`` (optional) the search its test stage ran, ``conf/train.yaml``'s ``decoding``
+  group: its :class:`decoding.SearchSettings` fields are a translator's defaults.
 * ``"nmt"``: what inference needs besides the weights, built by
   :func:`common.checkpoint_fields.inference_fields`::
 
@@ -29,7 +31,7 @@ with a one-line message that names the file and what is wrong.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,7 @@ from common.checkpoint_fields import FORMAT_VERSION
 from common.checkpoint_file import INFERENCE, CheckpointError, read_checkpoint
 from data.atomic import atomic_write
 from data.tokenizer import SPECIAL_IDS, SubwordTokenizer
+from decoding.config import SearchSettings
 from transformer import Transformer, TransformerConfig
 
 MODEL_PREFIX = "model."
@@ -82,6 +85,20 @@ def _config(path: Path, checkpoint: dict[str, Any]) -> TransformerConfig:
         return TransformerConfig.from_dict(values)
     except (TypeError, ValueError) as err:
         raise CheckpointError(f"{path}: invalid model configuration ({err})") from None
+
+
+def _search(path: Path, checkpoint: dict[str, Any]) -> SearchSettings:
+    """The :class:`SearchSettings` fields of ``hyper_parameters["decoding"]`` (its other keys, such
+    as ``valid_beam_size``, are training's); the defaults where there is no such entry."""
+    values = (checkpoint.get("hyper_parameters") or {}).get("decoding") or {}
+    if not isinstance(values, dict):
+        kind = type(values).__name__
+        raise CheckpointError(f"{path}: hyper_parameters['decoding'] is a {kind}, not a dict")
+    known = {f.name for f in fields(SearchSettings)}
+    try:
+        return SearchSettings(**{k: v for k, v in values.items() if k in known})
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{path}: hyper_parameters['decoding']: {err}") from None
 
 
 def _tokenizers(path: Path, nmt: dict[str, Any]) -> tuple[SubwordTokenizer, SubwordTokenizer]:
@@ -141,6 +158,8 @@ class InferenceCheckpoint:
         src_lang, tgt_lang: language codes ("" when the checkpoint does not say).
         target_tags: per target language, the tag its sources carry; empty for a model of one.
         data: the data settings it was trained with (its data module's hyperparameters), or {}.
+        search: the search its test stage ran (beam size, length penalty, length limits), the
+            project's defaults where the checkpoint does not say.
     """
 
     model: Transformer
@@ -152,6 +171,7 @@ class InferenceCheckpoint:
     tgt_lang: str
     target_tags: dict[str, str] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict)
+    search: SearchSettings = field(default_factory=SearchSettings)
 
 
 def load_checkpoint(path: str | os.PathLike, dtype: torch.dtype = torch.float32) -> InferenceCheckpoint:
@@ -205,4 +225,5 @@ def load_checkpoint(path: str | os.PathLike, dtype: torch.dtype = torch.float32)
         tgt_lang=str(nmt.get("tgt_lang", "")),
         target_tags={str(k): str(v) for k, v in (nmt.get("target_tags") or {}).items()},
         data=dict(checkpoint.get("datamodule_hyper_parameters") or {}),
+        search=_search(path, checkpoint),
     )

@@ -3,6 +3,9 @@
 :func:`build_parser` is argparse's parser of every option, in the groups ``--help`` shows; the
 search's defaults are :class:`decoding.DecodingConfig`'s (``SearchOptions``), which also checks
 their values (``translation/usage.py`` turns its refusals into usage errors naming the option).
+The options of :class:`decoding.SearchSettings` (beam size, length penalty, length limits) parse
+to None where not given: the first checkpoint's settings, those its test stage searched with, fill
+them once it is loaded (:data:`CHECKPOINT_SEARCH` names them).
 """
 
 from __future__ import annotations
@@ -22,6 +25,22 @@ PROG = "translate.py"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 DEFAULTS = SearchOptions()  # the search options' defaults, shown in --help
+
+# The option of each SearchSettings field: None where not given, then the checkpoint's value.
+CHECKPOINT_SEARCH = {
+    "beam_size": "beam_size",
+    "alpha": "length_penalty",
+    "max_len_a": "max_len_a",
+    "max_len_b": "max_len_b",
+    "min_len": "min_length",
+    "no_repeat_ngram": "no_repeat_ngram",
+}
+
+
+def _checkpoint_default(value: object) -> str:
+    """The help's default of a :data:`CHECKPOINT_SEARCH` option."""
+    return f"default: the checkpoint's, as its test stage searched; {value} where it does not say"
+
 
 DESCRIPTION = """\
 Translate sentences with a checkpoint of this project.
@@ -163,9 +182,9 @@ def _add_search(search: argparse._ArgumentGroup) -> None:
     search.add_argument(
         "--beam-size",
         type=int,
-        default=DEFAULTS.beam_size,
+        default=None,
         metavar="K",
-        help="beam width (default: %(default)s; 1 is greedy with scores)",
+        help=f"beam width ({_checkpoint_default(DEFAULTS.beam_size)}; 1 is greedy with scores)",
     )
     search.add_argument(
         "--nbest",
@@ -180,17 +199,18 @@ def _add_search(search: argparse._ArgumentGroup) -> None:
     search.add_argument(
         "--min-length",
         type=int,
-        default=DEFAULTS.min_len,
+        default=None,
         metavar="N",
         help="no output shorter than N subwords (</s> forbidden before; the length limit still wins) "
-        "(default: %(default)s)",
+        f"({_checkpoint_default(DEFAULTS.min_len)})",
     )
     search.add_argument(
         "--no-repeat-ngram",
         type=int,
-        default=DEFAULTS.no_repeat_ngram,
+        default=None,
         metavar="N",
-        help="no n-gram of N subwords occurs twice in an output (default: %(default)s: allowed)",
+        help="no n-gram of N subwords occurs twice in an output "
+        f"({_checkpoint_default(DEFAULTS.no_repeat_ngram)}: allowed)",
     )
     search.add_argument(
         "--prefix",
@@ -220,24 +240,24 @@ def _add_lengths_and_batches(search: argparse._ArgumentGroup) -> None:
     search.add_argument(
         "--length-penalty",
         type=float,
-        default=DEFAULTS.alpha,
+        default=None,
         metavar="ALPHA",
-        help="GNMT length penalty: score = log P / ((5 + length) / 6) ** ALPHA (default: %(default)s; "
-        "0: none)",
+        help="GNMT length penalty: score = log P / ((5 + length) / 6) ** ALPHA "
+        f"({_checkpoint_default(DEFAULTS.alpha)}; 0: none)",
     )
     search.add_argument(
         "--max-len-a",
         type=float,
-        default=DEFAULTS.max_len_a,
+        default=None,
         metavar="A",
-        help="at most A * source_length + B output tokens (default: %(default)s)",
+        help=f"at most A * source_length + B output tokens ({_checkpoint_default(DEFAULTS.max_len_a)})",
     )
     search.add_argument(
         "--max-len-b",
         type=int,
-        default=DEFAULTS.max_len_b,
+        default=None,
         metavar="B",
-        help="see --max-len-a (default: %(default)s)",
+        help=f"see --max-len-a ({_checkpoint_default(DEFAULTS.max_len_b)})",
     )
     search.add_argument(
         "--max-tokens",

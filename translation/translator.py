@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -24,7 +24,7 @@ import torch
 
 from data.batching import longest_first_batches
 from data.lines import one_line
-from decoding import DecodingConfig, Searcher
+from decoding import DecodingConfig, Searcher, SearchSettings
 from decoding.budget import CPU_TOKENS
 from decoding.ensemble import Ensemble
 from decoding.scoring import target_log_probs
@@ -85,6 +85,9 @@ class Translator(AttentionReading):
             sources (``{"de": "<2de>", "fr": "<2fr>"}``); empty for a model of one.
         target_lang: the language to translate into; required with ``target_tags`` (its tag is
             put before every non-empty source), else ``tgt_lang`` or None.
+        search: the search settings :meth:`translate` and ``translate.py`` use where none are
+            given: a checkpoint's are those its test stage ran (``translation/checkpoint.py``);
+            None: the project's (:class:`decoding.SearchSettings`).
 
     Raises:
         ValueError: no ``target_lang`` for a model of several, or one it was not trained for;
@@ -103,7 +106,9 @@ class Translator(AttentionReading):
         tgt_lang: str = "",
         target_tags: dict[str, str] | None = None,
         target_lang: str | None = None,
+        search: SearchSettings | None = None,
     ) -> None:
+        self.search_settings = search or SearchSettings()
         self.src_prefix = _source_prefix(target_tags or {}, target_lang, tgt_lang)
         self.model = model.to(device).eval()
         self.searcher = Searcher(self.model, bos_id, eos_id)
@@ -156,7 +161,8 @@ class Translator(AttentionReading):
             paths: one or more ``.ckpt`` files with one SentencePiece model (each side), special
                 ids and target languages; their models may differ in size and attention.
             weights: one per checkpoint, normalised to sum to 1; default equal.
-            device, dtype, target_lang: as in :meth:`from_checkpoint`.
+            device, dtype, target_lang: as in :meth:`from_checkpoint`. The search settings are
+                the first checkpoint's.
 
         Raises:
             CheckpointError: a file is not a usable checkpoint, or two checkpoints do not fit
@@ -183,7 +189,12 @@ class Translator(AttentionReading):
             tgt_lang=first.tgt_lang,
             target_tags=first.target_tags,
             target_lang=target_lang,
+            search=first.search,
         )
+
+    def default_options(self) -> SearchOptions:
+        """Beam search with :attr:`search_settings` (an ensemble's: its first checkpoint's)."""
+        return SearchOptions(**asdict(self.search_settings))
 
     def use(self, paths: Any) -> None:
         """Searches with the kernels ``fastpaths.optimize`` chose for the device (a ``FastPaths``);
@@ -278,7 +289,7 @@ class Translator(AttentionReading):
 
         Args:
             texts: ``n`` sentences.
-            options: search settings (default: ``SearchOptions()``).
+            options: search settings (default: :meth:`default_options`, the checkpoint's).
             max_tokens: budget per batch, as in :meth:`translate_ids`.
             prefixes: ``n`` texts each translation must start with ("" forces nothing).
             constraints: ``n`` lists of texts each translation must contain (beam search only;
@@ -295,7 +306,7 @@ class Translator(AttentionReading):
             TypeError: a keyword that is not a :class:`SearchOptions` field.
             ValueError: settings :class:`SearchOptions` refuses (e.g. ``beam_size=0``).
         """
-        options = replace(options or SearchOptions(), **search)
+        options = replace(options or self.default_options(), **search)
         forced = None if prefixes is None else self.encode_prefixes(prefixes)
         sources = self.encode_sources(texts)
         wanted = None if constraints is None else self.encode_constraints(constraints)

@@ -5,21 +5,26 @@ swallowed back, and refuses what cannot work with argparse's usage error (exit s
 of the options the program itself reads, and options that exclude or need each other. The search
 settings are checked by :class:`decoding.DecodingConfig` alone, which the command line builds here
 (``args.decoding``); its refusal becomes the usage error, its settings named by their options
-(``beam_size`` -> ``--beam-size``). Problems found later, once files are read, are
-:class:`UsageError`.
+(``beam_size`` -> ``--beam-size``). A search option not given takes the checkpoint's setting, the
+one its test stage searched with (:func:`checkpoint_search`, once it is loaded; the project's
+default before). Problems found later, once files are read, are :class:`UsageError`.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 import sys
 from pathlib import Path
 
+from decoding import SearchSettings
 from decoding.alignment import DEFAULT_LAYER
-from translation.options import build_parser
+from translation.options import CHECKPOINT_SEARCH, build_parser
 from translation.shards import parse_shard
 from translation.translator import SearchOptions
+
+logger = logging.getLogger("translate")
 
 
 class UsageError(Exception):
@@ -45,20 +50,21 @@ SEARCH_OPTIONS = {
 }
 
 
-def search_options(args: argparse.Namespace) -> SearchOptions:
-    """The search settings of the command line.
+def search_options(args: argparse.Namespace, settings: SearchSettings | None = None) -> SearchOptions:
+    """The search settings of the command line; an option of :data:`CHECKPOINT_SEARCH` not given
+    takes ``settings``' value (a checkpoint's; None: the project's defaults).
 
     Raises:
         ValueError: settings :class:`SearchOptions` refuses.
     """
+    base = settings or SearchSettings()
+    chosen = {
+        field: getattr(base, field) if getattr(args, option) is None else getattr(args, option)
+        for field, option in CHECKPOINT_SEARCH.items()
+    }
     return SearchOptions(
-        beam_size=1 if args.greedy else args.beam_size,
+        **{**chosen, "beam_size": 1 if args.greedy else chosen["beam_size"]},
         nbest=args.nbest,
-        alpha=args.length_penalty,
-        max_len_a=args.max_len_a,
-        max_len_b=args.max_len_b,
-        min_len=args.min_length,
-        no_repeat_ngram=args.no_repeat_ngram,
         greedy=args.greedy,
         sampling=args.sampling,
         topk=args.topk,
@@ -69,16 +75,47 @@ def search_options(args: argparse.Namespace) -> SearchOptions:
     )
 
 
-def search_refusal(err: ValueError, args: argparse.Namespace) -> str:
+def checkpoint_search(args: argparse.Namespace, settings: SearchSettings) -> SearchOptions:
+    """``args.decoding`` again, now that the checkpoint is loaded: its search ``settings`` (those
+    its test stage ran) fill the options not given; those that differ from the project's
+    defaults are logged.
+
+    Raises:
+        UsageError: an option given that does not fit the checkpoint's settings (``--nbest 5``
+            over its beam of 4, say), naming both.
+    """
+    try:
+        options = search_options(args, settings)
+    except ValueError as err:
+        raise UsageError(f"{search_refusal(err, args, settings.beam_size)}") from None
+    taken = [
+        f"{SEARCH_OPTIONS[field]} {getattr(settings, field)}"
+        for field, option in CHECKPOINT_SEARCH.items()
+        if getattr(args, option) is None and getattr(settings, field) != getattr(SearchSettings(), field)
+    ]
+    if taken:
+        logger.info("search: %s, the checkpoint's (its test stage's; an option overrides)", ", ".join(taken))
+    return options
+
+
+def search_refusal(err: ValueError, args: argparse.Namespace, beam_size: int | None = None) -> str:
     """:class:`SearchOptions`' message with the options for its fields: ``nbest=3 must be ...
-    the beam size`` -> ``--nbest 3 must be ... the beam size (--beam-size 2)``."""
+    the beam size`` -> ``--nbest 3 must be ... the beam size (--beam-size 2)``; ``beam_size``: the
+    checkpoint's, where ``--beam-size`` was not given."""
 
     def option(word: re.Match) -> str:
         name, equals = word[1], word[2]
         return SEARCH_OPTIONS[name] + (" " if equals else "") if name in SEARCH_OPTIONS else word[0]
 
     text = re.sub(r"(?<![\w-])([a-z_]+)\b(=?)", option, str(err))
-    beam = "1: --greedy" if args.greedy else f"--beam-size {args.beam_size}"
+    if args.greedy:
+        beam = "1: --greedy"
+    elif args.beam_size is not None:
+        beam = f"--beam-size {args.beam_size}"
+    elif beam_size is not None:
+        beam = f"the checkpoint's {beam_size}: --beam-size changes it"
+    else:
+        beam = f"--beam-size {SearchSettings().beam_size}"
     return text.replace("the beam size", f"the beam size ({beam})")
 
 

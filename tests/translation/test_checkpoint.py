@@ -194,6 +194,14 @@ BROKEN: dict[str, tuple[Callable[[dict], None], str]] = {
     "tokenizer not bytes": (_set("nmt", "src_spm", "src.model"), "the source tokenizer is a str"),
     "bad tokenizer": (_set("nmt", "src_spm", b"garbage"), "source tokenizer: not a SentencePiece model"),
     "no special ids": (lambda c: c["nmt"].pop("eos_id"), "incomplete 'nmt' entry"),
+    "bad search": (
+        _set("hyper_parameters", "decoding", {"beam_size": 0, "valid_beam_size": 1}),
+        "hyper_parameters['decoding']: beam_size must be at least 1",
+    ),
+    "search not a dict": (
+        _set("hyper_parameters", "decoding", "beam"),
+        "hyper_parameters['decoding'] is a str",
+    ),
     "refused attention": (
         _set("hyper_parameters", "model", "attention", {"cross": "local"}),
         "invalid model configuration (attention.cross=local is not supported",

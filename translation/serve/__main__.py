@@ -19,11 +19,12 @@ import logging
 import signal
 import socket
 import sys
+from dataclasses import asdict
 
 import torch
 import uvicorn
 
-from decoding import DecodingConfig
+from decoding import DecodingConfig, SearchSettings
 from fastpaths.packed import bound_kernel_caches
 from translation.checkpoint import CheckpointError
 from translation.options import DTYPES
@@ -48,7 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="for a model of several target languages: the one a request that names none gets",
     )
     parser.add_argument(
-        "--beam-size", type=int, default=DecodingConfig.beam_size, help="(default: %(default)s)"
+        "--beam-size",
+        type=int,
+        default=None,
+        help="a request's beam size where it sets none (default: the checkpoint's, as its test stage "
+        f"searched; {DecodingConfig.beam_size} where it does not say); its length penalty and limits "
+        "are the checkpoint's too",
     )
     parser.add_argument(
         "--greedy",
@@ -131,16 +137,27 @@ def _limits(args: argparse.Namespace) -> tuple[BatchLimits, RequestLimits]:
     return batch, RequestLimits(args.max_request_lines, args.max_body_bytes, args.max_beam_size)
 
 
+def request_defaults(search: SearchSettings, beam_size: int | None, greedy: bool) -> DecodingConfig:
+    """A request's search where it sets none: the checkpoint's ``search`` (its test stage's), with
+    ``--beam-size`` (None: the checkpoint's) and ``--greedy`` over it.
+
+    Raises:
+        ValueError: a beam size :class:`DecodingConfig` refuses.
+    """
+    chosen = search.beam_size if beam_size is None else beam_size
+    return DecodingConfig(**{**asdict(search), "beam_size": chosen}, greedy=greedy)
+
+
 def serve(args: argparse.Namespace) -> None:
     """Loads the model, listens and serves until SIGTERM or SIGINT."""
     bound_kernel_caches()  # as translate.py does, before the first matmul (fastpaths/packed.py)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     batch_limits, request_limits = _limits(args)
-    defaults = DecodingConfig(beam_size=args.beam_size, greedy=args.greedy)
     model = ServedModel.load(
         args.checkpoint, args.device, DTYPES[args.dtype], args.target_lang, max_tokens=args.max_tokens
     )
+    defaults = request_defaults(model.search, args.beam_size, args.greedy)
     logger.info(
         "loaded %s: %s -> %s, %d parameters, on %s in %s",
         args.checkpoint,

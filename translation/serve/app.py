@@ -148,7 +148,7 @@ def _health(model: ServedModel, batcher: Batcher, defaults: DecodingConfig) -> d
         "source_lang": model.src_lang,
         "target_langs": model.languages,
         "default_target_lang": model.default_lang,
-        "defaults": {"beam_size": defaults.beam_size, "greedy": defaults.greedy},
+        "defaults": {"beam_size": defaults.beam_size, "greedy": defaults.greedy, "alpha": defaults.alpha},
         "queued_lines": batcher.queued_lines,
         "requests": counters.requests,
         "lines": counters.lines,

@@ -59,6 +59,7 @@ class ServedModel:
     ) -> None:
         tags = checkpoint.target_tags
         self.src_lang = checkpoint.src_lang
+        self.search = checkpoint.search  # the search its test stage ran: a request's defaults
         self.languages = sorted(tags) if tags else [checkpoint.tgt_lang]
         self.translators = {
             lang: Translator(
@@ -72,6 +73,7 @@ class ServedModel:
                 tgt_lang=checkpoint.tgt_lang,
                 target_tags=tags,
                 target_lang=lang if tags else None,
+                search=checkpoint.search,
             )
             for lang in self.languages
         }
