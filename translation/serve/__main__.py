@@ -36,6 +36,12 @@ from translation.serve.requests import RequestLimits
 PROG = "python3 -m translation.serve"
 logger = logging.getLogger("translation.serve")
 
+BEAM_HELP = (
+    "a request's beam size where it sets none (default: the checkpoint's, as its test stage searched; "
+    f"{DecodingConfig.beam_size} where it does not say); its length penalty and limits are the "
+    "checkpoint's too"
+)
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line's options; each limit's default is its dataclass's."""
@@ -48,14 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--target-lang",
         help="for a model of several target languages: the one a request that names none gets",
     )
-    parser.add_argument(
-        "--beam-size",
-        type=int,
-        default=None,
-        help="a request's beam size where it sets none (default: the checkpoint's, as its test stage "
-        f"searched; {DecodingConfig.beam_size} where it does not say); its length penalty and limits "
-        "are the checkpoint's too",
-    )
+    parser.add_argument("--beam-size", type=int, default=None, help=BEAM_HELP)
     parser.add_argument(
         "--greedy",
         action="store_true",
