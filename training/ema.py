@@ -5,8 +5,9 @@ copies the weights), by ``torch.optim.swa_utils.AveragedModel`` with
 ``get_ema_multi_avg_fn`` (one ``_foreach_lerp_`` over all parameters). The EMA is what the run is
 judged and used by, as fairseq's ``--ema-decay`` and Marian's ``--exponential-smoothing`` do:
 
-- validation (BLEU, the best checkpoint, early stopping) runs with the EMA in the model's
-  parameters, the training weights put back after it;
+- validation (its loss, and BLEU, which the module's ``on_validation_epoch_end`` searches for; the
+  best checkpoint, early stopping) runs with the EMA in the model's parameters, the training
+  weights put back at ``on_validation_end``;
 - every checkpoint's ``state_dict`` holds the EMA, so that translate.py, checkpoint averaging and
   the test stage (which loads a checkpoint) use it; the training weights, which the optimizer's
   state belongs to, are kept beside it under ``"ema"``, and a resumed run trains on from them with
@@ -103,9 +104,11 @@ class ExponentialMovingAverage(Callback):
         with torch.no_grad():  # in place, through the version counters: packed weights repack
             torch._foreach_copy_(params, _params(self.average.module))
 
-    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # Before the module's own epoch end and the checkpoint callbacks: its outputs were decoded
-        # in the steps, and a checkpoint saved now holds the training weights as the optimizer does.
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Not at the epoch's end: Lightning calls the callbacks' on_validation_epoch_end before the
+        # module's, where the module searches and scores (training/evaluation.py), so validation BLEU,
+        # the best checkpoint and early stopping would judge the training weights. A checkpoint saved
+        # by another callback before this one holds the same (on_save_checkpoint: mid-validation).
         if self._training_weights is None:
             return
         with torch.no_grad():

@@ -19,7 +19,8 @@ DECAY = 0.5  # far from 1: each update moves the average visibly
 
 
 class _Validated(TranslationModule):
-    """Records the weights and outputs validation sees, and scores nothing (no datamodule here)."""
+    """Records the weights and outputs validation sees, in its steps and at its epoch's end (where
+    the module searches and scores: training/evaluation.py), and scores nothing (no datamodule)."""
 
     def validation_step(self, batch, batch_idx):
         with torch.no_grad():  # eval mode, autograd off: the CPU's packed weights are used
@@ -31,14 +32,15 @@ class _Validated(TranslationModule):
             )
 
     def on_validation_epoch_end(self):
-        pass
+        # Lightning calls the callbacks' on_validation_epoch_end first: the EMA must still be here.
+        self.seen_at_end.append([p.detach().clone() for p in self.model.parameters()])
 
 
 def test_validation_sees_the_ema_of_each_update_and_training_goes_on_from_its_own_weights():
     batch, _, vocab = _toy_batch()
     torch.manual_seed(0)
     module = _Validated({**_tiny(vocab), "dropout": 0.1}, lr={"peak": 1e-2, "warmup_steps": 1})
-    module.seen = []
+    module.seen, module.seen_at_end = [], []
     trained, after_validation = [], []
 
     class Record(L.Callback):
@@ -61,8 +63,10 @@ def test_validation_sees_the_ema_of_each_update_and_training_goes_on_from_its_ow
     for weights in updates[1:]:
         ema.append([DECAY * e + (1 - DECAY) * w for e, w in zip(ema[-1], weights, strict=True)])
     [(validated, output)] = module.seen  # after batch 6: update 3
-    for v, e, w in zip(validated, ema[2], updates[2], strict=True):
+    [scored] = module.seen_at_end
+    for v, s, e, w in zip(validated, scored, ema[2], updates[2], strict=True):
         torch.testing.assert_close(v, e)
+        torch.testing.assert_close(s, e)
         assert not torch.equal(v, w)
     for a, w in zip(after_validation[0], updates[2], strict=True):
         assert torch.equal(a, w)  # put back exactly: update 4 starts from them
@@ -97,7 +101,7 @@ def test_a_checkpoint_saved_mid_validation_holds_the_ema_and_loads_back_both():
     ema.on_validation_epoch_start(None, module)
     checkpoint = {"state_dict": module.state_dict()}
     ema.on_save_checkpoint(None, module, checkpoint)
-    ema.on_validation_epoch_end(None, module)
+    ema.on_validation_end(None, module)
     names = [n for n, _ in module.model.named_parameters()]
     for name, t, a in zip(names, training, averaged, strict=True):
         assert torch.equal(checkpoint["state_dict"][f"model.{name}"], a)
