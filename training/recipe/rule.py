@@ -191,6 +191,8 @@ MAP: dict[str, ShapeMap] = {
     # its validation loss lowest at epoch 15 and rising after (1.634 to 1.682), and 41.24 in 26.6 with
     # 0.2 (2026-12-07, df90136, `trainer.max_time=00:00:20:00 model=compact model.dropout=0.2`), its
     # validation loss still falling at 25 (1.555): dropout 0.2 from 15 epochs, where 0.1's turned.
+    # Its 14 minutes there (625c1e4, the rule's pick: 0.2): 40.52 at length penalty 0.6 in 17.2 epochs,
+    # on the Zen 3's 40.54 at 0.1.
     "compact": ShapeMap(
         curve=((3.0, 36.07), (5.29, 38.38), (6.65, 39.03), (11.5, 40.47), (17.2, 40.54), (26.6, 41.24)),
         regimes=(
@@ -214,6 +216,8 @@ MAP: dict[str, ShapeMap] = {
     # 1.51); subword regularisation (data.spm_sampling_alpha=0.1 data.spm_sampling_nbest=64), 41.00 in
     # 27.4 (a tenth more pieces a batch: fewer epochs, its validation loss still falling, 1.581).
     # The 20 minutes again with seed=1 data.seed=1 (07d1c51): 40.40 in 23.6, a seed's spread of ~1 BLEU.
+    # dc2bd7b's 14 minutes on the Zen 5 (2026-12-07): 39.72 in 15.7 epochs. Label smoothing 0.2 at 20
+    # minutes (625c1e4): 41.32 at 0.6 in 23.3 epochs, against 41.54; not a setting of the rule.
     "small": ShapeMap(
         curve=(
             (1.56, 6.08),
