@@ -89,13 +89,16 @@ def _cut_lines(path: Path, lines: int) -> None:
 
 def resume_nbest(path: str | Path, first_line: int) -> None:
     """Cuts an interrupted ``--nbest-output`` file to its rows of lines before ``first_line`` (its
-    rows start with their line number)."""
+    rows start with their line number). Only complete rows count: one cut within its number (``1``
+    of ``10``) would pass for a row of an earlier line."""
     path = Path(path)
     if not path.exists():
         return
+    data = path.read_bytes()
+    complete = data[: data.rfind(b"\n") + 1].split(b"\n")
     kept = [
         row
-        for row in path.read_bytes().split(b"\n")
+        for row in complete
         if row and row.split(b"\t", 1)[0].isdigit() and int(row.split(b"\t", 1)[0]) < first_line
     ]
     path.write_bytes(b"".join(row + b"\n" for row in kept))

@@ -58,6 +58,10 @@ def test_an_interrupted_output_is_cut_to_its_complete_lines(tmp_path):
     nbest.write_bytes(b"1\t1\t-0.1\ta\n1\t2\t-0.2\tb\n3\t1\t-0.3\tc\n4\t1\t-0.4\td")
     resume_nbest(nbest, 4)
     assert nbest.read_bytes() == b"1\t1\t-0.1\ta\n1\t2\t-0.2\tb\n3\t1\t-0.3\tc\n"
+    # A row cut within its line number (the "1" of "10") is no row of line 1.
+    nbest.write_bytes(b"4\t1\t-1.0\ta\n4\t2\t-2.0\tb\n1")
+    resume_nbest(nbest, 2)
+    assert nbest.read_bytes() == b""
 
 
 def test_a_resumed_output_ends_as_an_uninterrupted_one(toy_checkpoint, tmp_path):  # noqa: F811

@@ -10,7 +10,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import translate
@@ -151,6 +151,14 @@ def test_an_output_cut_at_any_byte_and_resumed_is_the_uncut_one(lines, part_line
     part_lines=st.integers(1, 8),
     shard=st.none() | st.integers(1, 3).flatmap(lambda n: st.tuples(st.integers(0, n - 1), st.just(n))),
     cuts=st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 1.0), st.floats(0.0, 1.0)),
+)
+# Found by CI: the n-best file cut within a row's line number (the "1" of "10"), the output cut to
+# nothing: resume kept the "1" as a row of line 1.
+@example(
+    lines=["", "", "", "00 \U00010000", "", "", "", "", "", "0\x0c0"],
+    part_lines=1,
+    shard=(1, 2),
+    cuts=(0.0, 0.75, 0.0),
 )
 def test_alignments_cut_at_any_byte_and_resumed_are_the_uncut_ones(lines, part_lines, shard, cuts):
     """``--alignment-output`` beside ``--output`` and ``--nbest-output``, each cut anywhere: resumed,
