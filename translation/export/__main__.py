@@ -81,6 +81,7 @@ def usage(fmt: str, checkpoint: InferenceCheckpoint, name: str) -> str:
     """A Python snippet that loads the export from folder ``name`` and translates one sentence
     (into each target language, with its tag, for a model of several)."""
     sentence = EXAMPLE_SOURCES.get(checkpoint.src_lang, "<a sentence>")
+    beam = checkpoint.search.beam_size  # the checkpoint's search, as translate.py's
     tags = checkpoint.target_tags
     if tags:  # the target language's tag before the source, as translate.py --target-lang puts it
         first = sorted(tags)[0]
@@ -100,7 +101,7 @@ model_dir = "{name}"
 translator = ctranslate2.Translator(model_dir, device="cpu")  # computes in the exported weights' type
 source = spm.SentencePieceProcessor(model_file=f"{{model_dir}}/source.spm")
 target = spm.SentencePieceProcessor(model_file=f"{{model_dir}}/target.spm")
-{head}results = translator.translate_batch(source.encode(sentences, out_type=str), beam_size=5)
+{head}results = translator.translate_batch(source.encode(sentences, out_type=str), beam_size={beam})
 print([target.decode(r.hypotheses[0]) for r in results])
 """
     return f"""
@@ -110,7 +111,7 @@ model_dir = "{name}"  # or its hub id once uploaded
 tokenizer = MarianTokenizer.from_pretrained(model_dir)
 model = MarianMTModel.from_pretrained(model_dir)
 {head}batch = tokenizer(sentences, return_tensors="pt", padding=True)
-print(tokenizer.batch_decode(model.generate(**batch, num_beams=5), skip_special_tokens=True))
+print(tokenizer.batch_decode(model.generate(**batch, num_beams={beam}), skip_special_tokens=True))
 """
 
 

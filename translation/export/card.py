@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from decoding.config import SearchSettings
 from translation.checkpoint import InferenceCheckpoint, read_checkpoint
 
 MULTI30K_HUB_ID = "bentrevett/multi30k"
@@ -128,7 +129,8 @@ def model_card(
         if quantization == "float32"
         else f"Weights stored as {quantization}: outputs may differ a little from the original's."
     )
-    languages, vocab, scores = _languages_note(checkpoint), _vocabulary(checkpoint), _results(facts)
+    languages, vocab = _languages_note(checkpoint), _vocabulary(checkpoint)
+    scores = _results(facts, checkpoint.search)
     licence = (
         MULTI30K_LICENSE
         if facts.multi30k
@@ -188,18 +190,32 @@ def _vocabulary(checkpoint: InferenceCheckpoint) -> str:
     )
 
 
-def _results(facts: CardFacts) -> str:
-    """The Results section: the run's test scores, or a table to fill in."""
+def _search(search: SearchSettings) -> str:
+    """The checkpoint's search in words, and how the exported model's libraries differ from it."""
+    limits = f"at most {search.max_len_a:g} x source pieces + {search.max_len_b} output pieces"
+    return (
+        f"beam {search.beam_size}, GNMT length penalty {search.alpha:g} (log P / ((5 + |y|) / 6) ** "
+        f"{search.alpha:g}), {limits}: the checkpoint's search (its test stage's), which "
+        "`translate.py` runs on it by default. CTranslate2's and transformers' `length_penalty` "
+        "divides by |y| ** p instead, so their beam search picks a little differently; the snippet "
+        "below uses the same beam size."
+    )
+
+
+def _results(facts: CardFacts, search: SearchSettings) -> str:
+    """The Results section: the run's test scores and the search that gave them, or a table to fill in."""
     if not facts.scores:
         return (
             "| test set | BLEU | chrF |\n|---|---|---|\n| <fill in> | <fill in> | <fill in> |\n\n"
             "<fill in: e.g. the output of `python3 translate.py --checkpoint CKPT --input TEST.src "
-            "--references TEST.ref --beam-size 5`>"
+            "--references TEST.ref`>\n\n"
+            f"With {_search(search)}"
         )
     header = " | ".join(facts.scores)
     return (
         f"| test set | {header} |\n|---|{'---|' * len(facts.scores)}\n"
         f"| {facts.test_set or '<fill in>'} | "
         + " | ".join(f"{value:.2f}" for value in facts.scores.values())
-        + " |\n\nsacreBLEU on detokenized output, beam 5, from the training run's test stage."
+        + " |\n\nsacreBLEU on detokenized output, from the training run's test stage: "
+        + _search(search)
     )

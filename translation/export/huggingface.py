@@ -175,9 +175,10 @@ def write_huggingface(checkpoint: InferenceCheckpoint, out_dir: str | Path) -> P
     model = checkpoint.model.float()
     hf = to_marian(model, checkpoint.bos_id, checkpoint.eos_id)
     generation = hf.generation_config
-    # translate.py's defaults where generate() has the same knob: beam 5, outputs up to the
-    # model's positions (generate's own default, 20 tokens in all, would cut sentences).
-    generation.num_beams = 5
+    # translate.py's search where generate() has the same knob: the checkpoint's beam size (its
+    # length penalty has another formula there: the card says so), outputs up to the model's
+    # positions (generate's own default, 20 tokens in all, would cut sentences).
+    generation.num_beams = checkpoint.search.beam_size
     generation.max_length = model.cfg.max_positions
     generation.decoder_start_token_id = checkpoint.bos_id
     generation.bos_token_id, generation.eos_token_id = checkpoint.bos_id, checkpoint.eos_id

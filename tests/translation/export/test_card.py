@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from translation.checkpoint import load_checkpoint
+from translation.export.__main__ import usage
 from translation.export.card import CardFacts, card_facts, model_card
 
 
@@ -51,3 +52,23 @@ def test_what_is_unknown_is_left_to_fill_in(toy_checkpoints) -> None:
     assert "| <fill in> | <fill in> | <fill in> |" in card
     assert "license: <fill in>" in card and "library_name: ctranslate2" in card
     assert "Weights stored as int8" in card and "SentencePiece vocabularies of" in card
+
+
+def test_the_card_and_the_snippets_give_the_checkpoints_search(toy_checkpoints, tmp_path: Path) -> None:
+    """A run's test figures come from its own search (the Multi30k de→en recipe's length penalty is
+    2.5): the card names it, not the project's defaults, and the snippets use its beam size."""
+    contents = torch.load(toy_checkpoints["joint"], weights_only=True)
+    contents["hyper_parameters"]["decoding"] = {"beam_size": 3, "alpha": 2.5, "max_len_b": 7}
+    path = tmp_path / "searched.ckpt"
+    torch.save(contents, path)
+    checkpoint = load_checkpoint(path)
+    facts = CardFacts(scores={"BLEU": 41.99}, test_set="test_2016_flickr")
+    for fmt, call in (("ctranslate2", "beam_size=3)"), ("huggingface", "num_beams=3)")):
+        snippet = usage(fmt, checkpoint, "out")
+        card = model_card(checkpoint, facts, fmt, snippet)
+        assert call in snippet and "beam_size=5" not in snippet and "num_beams=5" not in snippet
+        assert "beam 3, GNMT length penalty 2.5" in card and "+ 7 output pieces" in card
+        assert "beam 5" not in card
+
+    defaults = model_card(load_checkpoint(toy_checkpoints["joint"]), facts, "ctranslate2", "")
+    assert "beam 5, GNMT length penalty 0.6" in defaults  # no search carried: translate.py's defaults

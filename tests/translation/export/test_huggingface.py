@@ -122,3 +122,16 @@ def test_a_multilingual_export_keeps_its_tags_and_translates_into_each_language(
     tags, texts, expected = export_with_tags(multilingual_checkpoint, "huggingface", out)
     for lang, tag in tags.items():
         assert hf_greedy(out, [f"{tag} {t}" for t in texts])[0] == expected[lang]
+
+
+def test_generate_searches_with_the_checkpoints_beam(toy_checkpoints: dict, tmp_path: Path) -> None:
+    """generate()'s default beam is the checkpoint's (its test stage's), not the project's 5."""
+    contents = torch.load(toy_checkpoints["joint"], weights_only=True)
+    contents["hyper_parameters"]["decoding"] = {"beam_size": 3, "alpha": 2.5}
+    path = tmp_path / "searched.ckpt"
+    torch.save(contents, path)
+    out = tmp_path / "out"
+    assert main(["--checkpoint", str(path), "--format", "huggingface", "--output", str(out)]) == 0
+    generation = transformers.GenerationConfig.from_pretrained(out)
+    assert generation.num_beams == 3
+    assert "beam 3, GNMT length penalty 2.5" in (out / "README.md").read_text()
