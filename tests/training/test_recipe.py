@@ -113,6 +113,16 @@ def test_a_later_candidate_that_cannot_win_even_at_the_fastest_ones_epochs_is_no
     assert not recipe_fit.no_faster(shapes["compact"], {"small": timing["compact"]}, shapes)  # always timed
 
 
+def test_a_candidate_is_timed_first_at_its_first_regimes_batch_size():
+    """compact at 1,024 tokens (its regime below 15 epochs; timed again at 2,048 where the forecast
+    passes 15), small at its 4,096 whatever the run's; a size given on the command line, or a shape
+    off the map, at the run's."""
+    assert recipe_fit.first_size(rule.MAP["compact"], 4096, frozenset()) == 1024
+    assert recipe_fit.first_size(rule.MAP["small"], 2048, frozenset()) == 4096
+    assert recipe_fit.first_size(rule.MAP["compact"], 3000, frozenset({"data.max_tokens"})) == 3000
+    assert recipe_fit.first_size(None, 3000, frozenset()) == 3000
+
+
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
     base = tmp_path_factory.mktemp("toy")
@@ -232,6 +242,8 @@ def test_the_rule_gives_the_maps_best_at_the_budgets_it_measured():
     assert zen5.shape == "small" and "compact ~41.2" in zen5.why
     alone = choose(_measured({"compact": 26.6}), shapes, frozenset(), rule.MAP)
     assert alone.shape == "compact" and alone.settings["model.dropout"] == 0.2
+    # from 15 epochs compact trains 2,048-token batches (a Zen 5's 14 minutes: 42.23 against 40.97)
+    assert alone.settings["data.max_tokens"] == 2048
     long = choose(_measured({"compact": 100.0, "small": 33.0}), shapes, frozenset(), rule.MAP)
     assert long.shape == "small"
     # 2 hours on a Zen 5: medium's 65.6 epochs at dropout 0.3 reached 41.32, below small's 41.84
@@ -276,18 +288,19 @@ class _GpuData:
 
 
 @pytest.mark.parametrize(
-    ("max_time", "seconds", "shape", "epochs"),
+    ("max_time", "seconds", "shape", "epochs", "timings"),
     [
         # 8 minutes at an H100's pace: both shapes reach the 30 epochs trainer.max_epochs allows,
         # where the small model's curve (~41.7) passes compact's (40.5): small, as the CPUs tuned it.
-        ("00:00:08:00", {"compact": 0.010, "small": 0.015}, "small", {"compact": 30.0, "small": 30.0}),
+        # compact is timed twice: at 1,024 tokens, then at its 2,048 from 15 epochs.
+        ("00:00:08:00", {"compact": 0.010, "small": 0.015}, "small", {"compact": 30.0, "small": 30.0}, 3),
         # 2 minutes on a slower GPU: compact 11.25 epochs (~40.4); small, even at those epochs ~37.5,
         # is not timed: compact, dropout 0.1.
-        ("00:00:02:00", {"compact": 0.08, "small": 0.12}, "compact", {"compact": 11.25}),
+        ("00:00:02:00", {"compact": 0.08, "small": 0.12}, "compact", {"compact": 11.25}, 1),
     ],
 )
 def test_the_gpu_experiment_fits_the_recipe_by_the_same_rule_at_the_gpus_speed(
-    monkeypatch, caplog, max_time, seconds, shape, epochs
+    monkeypatch, caplog, max_time, seconds, shape, epochs, timings
 ):
     """experiment=multi30k_de_en_gpu fits its recipe to the budget: each candidate is timed on
     CUDA (here a stand-in timer, so that the choice runs on the CPU), and the rule reads the map at
@@ -304,7 +317,7 @@ def test_the_gpu_experiment_fits_the_recipe_by_the_same_rule_at_the_gpus_speed(
     monkeypatch.setattr(recipe_fit, "time_updates", timer)
     with caplog.at_level(logging.INFO, logger="training.recipe.fit"):
         choice = recipe_fit.fit_to_budget(cfg, _GpuData(), "bf16-mixed", 0.1, frozenset())
-    assert devices == ["cuda"] * len(epochs)
+    assert devices == ["cuda"] * timings
     assert {f["shape"]: f["epochs"] for f in choice.forecasts} == pytest.approx(epochs, rel=2e-3)
     regime = rule.settings_for(rule.MAP[shape], epochs[shape])
     assert choice.shape == shape and choice.settings["model.dropout"] == regime.dropout
@@ -358,20 +371,22 @@ class _SizedData:
 
 
 @pytest.mark.parametrize(
-    ("given", "timed", "epochs", "chosen"),
+    ("given", "budget_s", "timed", "epochs", "chosen"),
     [
         # one: all its regimes train at 1,024 tokens, timed there only; at twice 4,096's seconds per
         # token it gets half the epochs (10 s at 0.1 s per 4,096 tokens would be 100 updates, 1 epoch):
-        # ~15 BLEU by its curve. two: timed at the run's 4,096 first (1 epoch: its regime below 3
-        # epochs trains at 2,048), then at 2,048, as fast per token: ~20, chosen.
-        (frozenset(), [("one", 1024), ("two", 4096), ("two", 2048)], {"one": 0.5, "two": 1.0}, "two"),
+        # ~15 BLEU by its curve. two: timed at its first regime's 2,048 (below 3 epochs), as fast per
+        # token as 4,096: 1 epoch, ~20, chosen.
+        (frozenset(), 10.0, [("one", 1024), ("two", 2048)], {"one": 0.5, "two": 1.0}, "two"),
+        # 40 s: two's 4 epochs at 2,048 pass its first regime: timed again at 4,096, its next one's.
+        (frozenset(), 40.0, [("one", 1024), ("two", 2048), ("two", 4096)], {"one": 2.0, "two": 4.0}, "one"),
         # data.max_tokens given: every candidate is timed at the run's batch size, once; read there,
         # one's 1 epoch gives ~30.
-        (frozenset({"data.max_tokens"}), [("one", 4096), ("two", 4096)], {"one": 1.0, "two": 1.0}, "one"),
+        (frozenset({"data.max_tokens"}), 10.0, [("one", 4096), ("two", 4096)], dict(one=1.0, two=1.0), "one"),
     ],
 )
 def test_each_candidate_is_timed_at_the_batch_size_it_would_train_at(
-    monkeypatch, given, timed, epochs, chosen
+    monkeypatch, given, budget_s, timed, epochs, chosen
 ):
     """The forecast of a candidate is its speed at its regime's batch size: compact's 1,024-token
     batches train fewer tokens a second than the run's 4,096, and read at 4,096 its epochs were
@@ -390,7 +405,7 @@ def test_each_candidate_is_timed_at_the_batch_size_it_would_train_at(
     monkeypatch.setattr(recipe_fit, "time_updates", timer)
     data, model = _SizedData(), {"src_vocab_size": 8, "tgt_vocab_size": 8}
     choice, found = recipe_fit.fit_recipe(
-        model, shapes, data, "32-true", "cpu", 10.0, 1.0, 0.0, given, recipe_map, clock=lambda: 0.0
+        model, shapes, data, "32-true", "cpu", budget_s, 1.0, 0.0, given, recipe_map, clock=lambda: 0.0
     )
     assert seen == timed and sorted(set(data.cut)) == sorted({size for _, size in timed})
     assert {f.shape: f.epochs for f in found} == pytest.approx(epochs)

@@ -192,13 +192,19 @@ MAP: dict[str, ShapeMap] = {
     # 0.2 (2026-12-07, df90136, `trainer.max_time=00:00:20:00 model=compact model.dropout=0.2`), its
     # validation loss still falling at 25 (1.555): dropout 0.2 from 15 epochs, where 0.1's turned.
     # Its 14 minutes there (625c1e4, the rule's pick: 0.2): 40.52 at length penalty 0.6 in 17.2 epochs,
-    # on the Zen 3's 40.54 at 0.1.
+    # on the Zen 3's 40.54 at 0.1. 2,048-token batches from 15 epochs: a Zen 5 trains compact's
+    # bf16 steps at ~1.3x the tokens a second of 1,024 (13,400 against 10,200 target tokens/s over the
+    # first 120k tokens), and its 14 minutes (2026-12-07, 48b9af2, `trainer.max_time=00:00:14:00
+    # model=compact data.max_tokens=2048 model.dropout=0.2`) trained 22.4 epochs (5,463 updates) to
+    # 42.23 at length penalty 2.5 against 1,024's 40.97 in 17.2 (the curve keeps the 1,024 points: one
+    # run). A Zen 3's fp32 steps gain nothing from the larger batch (3.0 epochs in 5 minutes at either)
+    # and take half the updates: not measured there past 5 minutes.
     "compact": ShapeMap(
         curve=((3.0, 36.07), (5.29, 38.38), (6.65, 39.03), (11.5, 40.47), (17.2, 40.54), (26.6, 41.24)),
         regimes=(
             Regime(6.0, 0.0, 1024, 2e-3, "linear", 600),
             Regime(15.0, 0.1, 1024, 2e-3, "linear", 600),
-            Regime(float("inf"), 0.2, 1024, 2e-3, "linear", 600),
+            Regime(float("inf"), 0.2, 2048, 2e-3, "linear", 600),
         ),
     ),
     # d256, 3+3 layers: the recipe as tuned for ~4,000 updates (dropout 0.2, 4,096 tokens, peak 1e-3,
