@@ -196,9 +196,10 @@ MAP: dict[str, ShapeMap] = {
     # bf16 steps at ~1.3x the tokens a second of 1,024 (13,400 against 10,200 target tokens/s over the
     # first 120k tokens), and its 14 minutes (2026-12-07, 48b9af2, `trainer.max_time=00:00:14:00
     # model=compact data.max_tokens=2048 model.dropout=0.2`) trained 22.4 epochs (5,463 updates) to
-    # 42.23 at length penalty 2.5 against 1,024's 40.97 in 17.2 (the curve keeps the 1,024 points: one
-    # run). A Zen 3's fp32 steps gain nothing from the larger batch (3.0 epochs in 5 minutes at either)
-    # and take half the updates: not measured there past 5 minutes.
+    # 42.23 at length penalty 2.5 against 1,024's 40.97 in 17.2, and the README's 14 minutes with this
+    # rule (d1eafe6) 41.82 in 23.0 (41.01 at 0.6; the curve keeps the 1,024 points). A Zen 3's fp32
+    # steps gain nothing from the larger batch (3.0 epochs in 5 minutes at either) and take half the
+    # updates: not measured there past 5 minutes.
     "compact": ShapeMap(
         curve=((3.0, 36.07), (5.29, 38.38), (6.65, 39.03), (11.5, 40.47), (17.2, 40.54), (26.6, 41.24)),
         regimes=(
