@@ -192,14 +192,19 @@ MAP: dict[str, ShapeMap] = {
     # 0.2 (2026-12-07, df90136, `trainer.max_time=00:00:20:00 model=compact model.dropout=0.2`), its
     # validation loss still falling at 25 (1.555): dropout 0.2 from 15 epochs, where 0.1's turned.
     # Its 14 minutes there (625c1e4, the rule's pick: 0.2): 40.52 at length penalty 0.6 in 17.2 epochs,
-    # on the Zen 3's 40.54 at 0.1. 2,048-token batches from 15 epochs: a Zen 5 trains compact's
-    # bf16 steps at ~1.3x the tokens a second of 1,024 (13,400 against 10,200 target tokens/s over the
-    # first 120k tokens), and its 14 minutes (2026-12-07, 48b9af2, `trainer.max_time=00:00:14:00
-    # model=compact data.max_tokens=2048 model.dropout=0.2`) trained 22.4 epochs (5,463 updates) to
-    # 42.23 at length penalty 2.5 against 1,024's 40.97 in 17.2, and the README's 14 minutes with this
-    # rule (d1eafe6) 41.82 in 23.0 (41.01 at 0.6; the curve keeps the 1,024 points). A Zen 3's fp32
-    # steps gain nothing from the larger batch (3.0 epochs in 5 minutes at either) and take half the
-    # updates: not measured there past 5 minutes.
+    # on the Zen 3's 40.54 at 0.1. 2,048-token batches from 15 epochs: a Zen 5's bf16 updates of
+    # compact train 1.18x the target tokens a second of 1,024's (16,900 against 14,400 side by side,
+    # `python3 bench/recipe_speed.py --batches 24`, 2026-12-07, 4da77a8), a run 1.3x the epochs (the
+    # per-update costs outside the model weigh more on small batches): its 14 minutes (2026-12-07,
+    # 48b9af2, `trainer.max_time=00:00:14:00 model=compact data.max_tokens=2048 model.dropout=0.2`)
+    # 22.4 epochs (5,463 updates) to 42.23 at length penalty 2.5 against 1,024's 40.97 in 17.2, and
+    # the README's 14 minutes with this rule (d1eafe6) 41.82 in 23.0 (41.01 at 0.6; the curve keeps
+    # the 1,024 points). The larger batch loses nothing at equal epochs either, where a Zen 3's fp32
+    # steps (as fast a token at either size: 3.0 epochs in 5 minutes) put it: 17.4 epochs of it in
+    # half the updates (4,236, 2026-12-07, 4da77a8, `trainer.max_time=00:00:10:30 model=compact
+    # data.max_tokens=2048 model.dropout=0.2`) 41.52 at 2.5 (40.63 at 0.6) against 1,024's 40.97
+    # (40.52) in 17.2. The README's 20 minutes (4da77a8, the rule's pick where small was timed at
+    # 0.44 s an update): 42.01 in 32.3 (41.26 at 0.6), against small's 41.99 there (095abf6).
     "compact": ShapeMap(
         curve=((3.0, 36.07), (5.29, 38.38), (6.65, 39.03), (11.5, 40.47), (17.2, 40.54), (26.6, 41.24)),
         regimes=(
