@@ -205,6 +205,9 @@ MAP: dict[str, ShapeMap] = {
     # data.max_tokens=2048 model.dropout=0.2`) 41.52 at 2.5 (40.63 at 0.6) against 1,024's 40.97
     # (40.52) in 17.2. The README's 20 minutes (4da77a8, the rule's pick where small was timed at
     # 0.44 s an update): 42.01 in 32.3 (41.26 at 0.6), against small's 41.99 there (095abf6).
+    # The Zen 3's 30 minutes with this rule (2026-12-07, f789de0, the README's main job): 19.2 epochs at
+    # 2,048 tokens, 42.22 at 2.5 (41.61 at 0.6, 1,024's 40.54 in 17.2); its fp32 steps train 1.02x the
+    # tokens a second of 1,024's (`python3 bench/recipe_speed.py --batches 24`), a run 1.12x the epochs.
     "compact": ShapeMap(
         curve=((3.0, 36.07), (5.29, 38.38), (6.65, 39.03), (11.5, 40.47), (17.2, 40.54), (26.6, 41.24)),
         regimes=(
