@@ -321,8 +321,8 @@ def test_with_validation_the_fit_paces_it_refits_on_drift_without_a_jump_and_ave
 ):
     """150 s: an update costs 1 s, then (a shared machine) 1.3 s from update 45; a validation 4 s.
     The first validation sets validation every 4 epochs (4 s against 40 s of updates: 9%); the one
-    after update 80 sees the speed drift (40 updates in 50.8 s) and fits again to 114 updates,
-    from the rate the run has, where ``budget.refits`` allows one."""
+    after update 80 sees the speed drift (the 70 updates since the first validation in 80.8 s) and
+    fits again to 117 updates, from the rate the run has, where ``budget.refits`` allows one."""
     clock = Clock()
     paced = Paced(clock, lambda step: 1.0 if step < 45 else 1.3, val_s=4.0)
     settings = BudgetSettings(average_fraction=0.3, refits=refits)
@@ -333,7 +333,7 @@ def test_with_validation_the_fit_paces_it_refits_on_drift_without_a_jump_and_ave
     assert fit.val_every == 4 == trainer.check_val_every_n_epoch  # paced: every 4th epoch validates
     assert fit.val_seconds == [4.0, 4.0, 4.0]  # after updates 10, 40 and 80
     assert fit.refits == refits and sum("the speed drifted" in s for s in said) == refits  # its count
-    assert fit.forecast_updates == (114 if refits else 133)
+    assert fit.forecast_updates == (117 if refits else 133)
     # Never a jump: each update's rate moves from the one before along a segment (a refit starts
     # where the rate is; one that restarted the decay from the peak would jump by ~1e-3).
     rates = [paced.lrs[s] for s in sorted(paced.lrs)]
@@ -454,3 +454,48 @@ def test_early_stopping_waits_in_the_cpu_recipes_and_stops_as_before_by_default(
 
     assert compose_config([]).budget.early_stopping == "patience" == BudgetSettings().early_stopping
     assert compose_config(["experiment=multi30k_de_en"]).budget.early_stopping == "after_decay"
+
+
+class StopAtBudget(L.Callback):
+    """Stops the run once the fake clock has spent ``budget_s``, as the time limit does."""
+
+    def __init__(self, clock: Clock, budget_s: float) -> None:
+        self.clock, self.budget_s = clock, budget_s
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:  # noqa: ANN001
+        if self.clock.now >= self.budget_s:
+            trainer.should_stop = True
+
+
+@pytest.mark.parametrize("refits", [None, 3])
+def test_on_a_host_that_speeds_up_the_decay_ends_where_the_budget_does(tmp_path, refits):
+    """300 s, a validation every epoch (0.5 s): updates 10-59 cost 1.6 s (a neighbour's job), the
+    rest 1.0 s, and the run trains 258. Forecasting again as often as the speed since the first
+    validation moves the forecast (the default, ``budget.refits=-1``) ends the decay within the
+    drift (3%) and an epoch of the end; a limit of 3 spends its refits on the slow epochs and trains
+    a fifth of the run at the floor (206 of 258: a Zen 3's 60 minutes, at 3, trained 9% there)."""
+    clock = Clock()
+    paced = Paced(clock, lambda step: 1.6 if 10 <= step < 60 else 1.0, val_s=0.5)
+    settings = BudgetSettings() if refits is None else BudgetSettings(refits=refits)
+    fit = BudgetFit(300.0, settings, 3, tmp_path, probe=5, clock=clock)
+    batch, _, vocab = _toy_batch()
+    torch.manual_seed(0)
+    lr = {"peak": 3e-3, "warmup_steps": 50, "schedule": "linear", "total_steps": 1000}
+    trainer = L.Trainer(
+        accelerator="cpu", logger=False, callbacks=[paced, fit, StopAtBudget(clock, 300.0)],
+        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+        enable_checkpointing=False, max_epochs=-1,
+    )  # fmt: skip
+    loader = DataLoader([batch] * PER_EPOCH, batch_size=None)
+    validation = DataLoader([batch], batch_size=None)
+    trainer.fit(Validated(_tiny(vocab), lr=lr), train_dataloaders=loader, val_dataloaders=validation)
+    trained = trainer.global_step
+    at_floor = [step for step, rate in paced.lrs.items() if rate == 0.0]
+    assert fit.val_every == 1 and trained == 258
+    if refits is None:
+        assert fit.refits > 3 and len(at_floor) <= 0.03 * trained + PER_EPOCH
+        assert fit.said["decay_end"] >= trained - len(at_floor)
+    else:
+        assert fit.refits == 3 and len(at_floor) > 0.15 * trained  # the trap the limit leaves
+    rates = [paced.lrs[s] for s in sorted(paced.lrs)]  # and still never a jump
+    assert all(abs(b - a) <= 3e-3 / 20 for a, b in zip(rates, rates[1:], strict=False))

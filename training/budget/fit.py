@@ -7,8 +7,12 @@ then it has the learning rate fitted to them (:mod:`training.lr.fitted`, a part 
 (:mod:`training.budget.points`), and says so in one log line. After the first validation it knows
 what a validation costs: it validates every k epochs so that validation takes at most
 ``budget.validation_share`` of the time, and forecasts again; after later validations it forecasts
-again where the measured speed drifted (a shared machine), at most ``budget.refits`` times, each fit
-starting from the rate the run has, so the rate never jumps. No forecast passes the update where the
+again where the speed measured since that first validation (every update of the steady epochs, not
+the last epoch's alone: one epoch of a shared 2-core host reads its speed 10% off either way) moved
+the forecast by more than ``budget.drift``, as often as that happens (``budget.refits``, -1: no
+limit), each fit starting from the rate the run has, so the rate never jumps. A limit of 3, chasing
+single epochs, ended a Zen 3's 60-minute decay at update 7,299 of the 8,010 it trained, 9% of the
+run at the floor (``docs/long_runs.md``). No forecast passes the update where the
 run's own limits end it (``trainer.max_steps``, ``trainer.max_epochs``: a budget that holds more
 would fit a decay the run never finishes). A run resumed with another budget (``trainer.max_time``)
 or another limit that bounds its forecast forecasts again, at the speed last measured, and the rate
@@ -96,6 +100,7 @@ class BudgetFit(Callback):
         # This process only.
         self._start: float | None = None  # clock at train start
         self._timed: tuple[float, int, float] | None = None  # (clock, update, validation s so far)
+        self._steady = False  # the speed is measured from this process's first validation on
         self._val_start: float | None = None
         self._val_total = 0.0
         # Why a resumed run forecasts again: its trainer.max_time, or the update its own limits end
@@ -337,12 +342,14 @@ class BudgetFit(Callback):
             self.forecast_updates
             and abs(updates - self.forecast_updates) > self.settings.drift * self.forecast_updates
         ):
-            if self.refits < self.settings.refits:
+            if self.settings.refits < 0 or self.refits < self.settings.refits:
                 self.refits += 1
                 self._fit(trainer, pl_module, updates, f"the speed drifted: forecast again ({self.refits})")
-        # The next forecast measures the speed from here: the latest updates, not the first
-        # epoch's (slower: every new batch shape makes its kernels then).
-        self._timed = (self.clock(), step, self._val_total)
+        # Later forecasts measure the speed from this process's first validation on, over every
+        # update since: not the first epoch's (slower: every new batch shape makes its kernels
+        # then), and not one epoch's alone (a shared host's noise).
+        if not self._steady:
+            self._timed, self._steady = (self.clock(), step, self._val_total), True
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         step = trainer.global_step

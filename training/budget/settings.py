@@ -21,7 +21,8 @@ class BudgetSettings:
             ``budget`` (the rate, the averaged weights and validation fitted to the forecast).
         warmup_fraction: the fitted warmup's most, as a fraction of the forecast updates.
         average_fraction: the averaged weights come from this last fraction of them.
-        refits: forecasts after the first validation's, where the speed drifted, at most.
+        refits: forecasts after the first validation's, where the speed drifted, at most (-1: as
+            often as it drifts).
         drift: how far a new forecast must differ (a fraction) to fit again.
         validation_share: the share of the time validation may take.
         early_stopping: ``patience`` (early stopping stops whenever its patience runs out, as before
@@ -32,7 +33,7 @@ class BudgetSettings:
     fit: str = "none"
     warmup_fraction: float = 0.4
     average_fraction: float = 0.2
-    refits: int = 3
+    refits: int = -1
     drift: float = 0.03
     validation_share: float = 0.1
     early_stopping: str = "patience"
@@ -47,8 +48,8 @@ class BudgetSettings:
         for name in ("warmup_fraction", "average_fraction", "drift", "validation_share"):
             if not 0.0 < getattr(self, name) <= 1.0:
                 raise ValueError(f"budget.{name} must be in (0, 1], not {getattr(self, name)}")
-        if self.refits < 0:
-            raise ValueError(f"budget.refits must be at least 0, not {self.refits}")
+        if self.refits < -1:
+            raise ValueError(f"budget.refits must be -1 (no limit) or at least 0, not {self.refits}")
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> BudgetSettings:
