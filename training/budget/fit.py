@@ -12,9 +12,9 @@ the last epoch's alone: one epoch of a shared 2-core host reads its speed 10% of
 the forecast by more than ``budget.drift``, as often as that happens (``budget.refits``, -1: no
 limit), each fit starting from the rate the run has, so the rate never jumps. A limit of 3, chasing
 single epochs, ended a Zen 3's 60-minute decay at update 7,299 of the 8,010 it trained, 9% of the
-run at the floor (``docs/long_runs.md``). No forecast passes the update where the
-run's own limits end it (``trainer.max_steps``, ``trainer.max_epochs``: a budget that holds more
-would fit a decay the run never finishes). A run resumed with another budget (``trainer.max_time``)
+run at the floor (``docs/long_runs.md``). No forecast passes the update where the run's own limits
+end it (``trainer.max_steps``, ``trainer.max_epochs``: a budget that holds more would fit a decay the
+run never finishes). A run resumed with another budget (``trainer.max_time``)
 or another limit that bounds its forecast forecasts again, at the speed last measured, and the rate
 is fitted to the new end (:func:`training.lr.fitted.rejoin_schedule`). Once the time limit stops the
 run, no validation follows (Lightning would run one; :class:`training.budget.timer.BudgetTimer`):
